@@ -1,0 +1,183 @@
+"""The Python API: ``Omni(model).generate(...)``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from omni_core.config import (
+    AttentionConfig,
+    CacheConfig,
+    ParallelConfig,
+    QuantizationConfig,
+)
+from omni_core.errors import ConfigError, InvalidRequestError
+from omni_core.pipelines.base import (
+    AudioChunk,
+    GenerationRequest,
+    GenerationResult,
+    Pipeline,
+    PipelineOptions,
+    SpeechPipeline,
+    StagedPipeline,
+)
+
+_SHARED_FIELDS = set(GenerationRequest.model_fields) - {"extras", "request_id"}
+
+
+def _as_config(value: Any, model: type, field: str) -> Any:
+    if value is None:
+        return model()
+    if isinstance(value, model):
+        return value
+    if isinstance(value, str):
+        key = {"AttentionConfig": "backend", "CacheConfig": "backend"}.get(model.__name__, "method")
+        value = {key: value}
+    try:
+        return model.model_validate(value)
+    except Exception as exc:
+        raise ConfigError(f"{field}: {exc}") from None
+
+
+def parse_dtype(dtype: Any, default: str) -> Any:
+    import torch
+
+    if dtype is None:
+        dtype = default
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype):
+        raise ConfigError(f"dtype: unknown dtype {dtype!r} (use bfloat16, float16 or float32)")
+    return value
+
+
+class Omni:
+    """Load a model through the installed plugins and generate with it.
+
+    ``model`` is a local checkpoint folder or a Hugging Face Hub id. The checkpoint's
+    ``model_index.json`` ``_class_name`` (or ``config.json`` ``architectures``) picks the
+    registered pipeline; ``pipeline=`` overrides. ``device`` and ``dtype`` default to the
+    selected platform's first device and bf16 there (float32 on cpu).
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        pipeline: str | None = None,
+        device: str | None = None,
+        dtype: Any = None,
+        attention: str | dict[str, Any] | AttentionConfig | None = None,
+        cache: str | dict[str, Any] | CacheConfig | None = None,
+        quantization: str | dict[str, Any] | QuantizationConfig | None = None,
+        cfg_parallel_size: int = 1,
+        ulysses_degree: int = 1,
+        revision: str | None = None,
+        **options: Any,
+    ) -> None:
+        import torch
+
+        from omni_core.attention import AttentionRouter
+        from omni_core.pipelines.loading import find_pipeline, resolve_model_path
+        from omni_core.platforms import current_platform
+        from omni_core.plugins import get_registry
+
+        registry = get_registry()
+        platform = current_platform()
+        self.path = resolve_model_path(model, revision=revision)
+        self.spec = find_pipeline(registry, self.path, pipeline)
+        self.model_id = str(model)
+        attention_config = _as_config(attention, AttentionConfig, "attention")
+        parallel = ParallelConfig(cfg_parallel_size=cfg_parallel_size, ulysses_degree=ulysses_degree)
+        self.options = PipelineOptions(
+            device=torch.device(device) if device else platform.device(0),
+            dtype=parse_dtype(dtype, "float32" if platform.device_type == "cpu" else "bfloat16"),
+            platform=platform,
+            attention=AttentionRouter.build(attention_config, registry, platform),
+            attention_config=attention_config,
+            cache=_as_config(cache, CacheConfig, "cache"),
+            quantization=_as_config(quantization, QuantizationConfig, "quantization"),
+            parallel=parallel,
+            extra=options,
+        )
+        t0 = time.perf_counter()
+        cls = self.spec.load()
+        self.pipeline: Pipeline = cls.from_pretrained(self.path, self.options)
+        self.pipeline.spec = self.spec
+        self.load_s = time.perf_counter() - t0
+
+    def request(self, prompt: str | None = None, **kwargs: Any) -> GenerationRequest:
+        """Build and validate a request: shared fields by name, the rest become extras."""
+        shared = {k: v for k, v in kwargs.items() if k in _SHARED_FIELDS}
+        extras = {k: v for k, v in kwargs.items() if k not in _SHARED_FIELDS}
+        extras.update(shared.pop("extras", None) or {})
+        if prompt is not None:
+            shared["prompt"] = prompt
+        if "images" in shared and not isinstance(shared["images"], list | tuple):
+            shared["images"] = [shared["images"]]
+        try:
+            request = GenerationRequest(**shared, extras=extras)
+        except Exception as exc:
+            from pydantic import ValidationError
+
+            if isinstance(exc, ValidationError):
+                first = exc.errors()[0]
+                param = ".".join(str(p) for p in first["loc"])
+                raise InvalidRequestError(f"{param}: {first['msg']}", param=param) from None
+            raise
+        return self.pipeline.validate(request)
+
+    def generate(self, prompt: str | None = None, **kwargs: Any) -> GenerationResult:
+        """Generate one output; see :class:`GenerationRequest` for the shared arguments."""
+        from omni_core.pipelines.runtime import run_to_completion
+
+        request = self.request(prompt, **kwargs)
+        platform = self.options.platform
+        platform.reset_peak_memory(self.options.device)
+        t0 = time.perf_counter()
+        if isinstance(self.pipeline, SpeechPipeline):
+            result = _collect_speech(self.pipeline, request)
+        elif isinstance(self.pipeline, StagedPipeline):
+            (result,) = run_to_completion(self.pipeline, [request])
+        else:  # pragma: no cover - a pipeline of an unknown kind
+            raise TypeError(f"{type(self.pipeline).__name__} is neither staged nor speech")
+        result.timings["total_s"] = time.perf_counter() - t0
+        peak = platform.memory_stats(self.options.device).get("peak_allocated_bytes")
+        if peak is not None:
+            result.peak_memory_bytes = peak
+        return result
+
+    def stream(self, prompt: str | None = None, **kwargs: Any) -> Iterator[AudioChunk]:
+        """Speech only: yield delta audio chunks as they are generated."""
+        if not isinstance(self.pipeline, SpeechPipeline):
+            raise InvalidRequestError(f"{self.spec.name} does not produce speech", param="model")
+        return self.pipeline.stream(self.request(prompt, **kwargs))
+
+
+def _collect_speech(pipeline: SpeechPipeline, request: GenerationRequest) -> GenerationResult:
+    import numpy as np
+
+    t0 = time.perf_counter()
+    chunks: list[AudioChunk] = []
+    first: float | None = None
+    for chunk in pipeline.stream(request):
+        if first is None:
+            first = time.perf_counter() - t0
+        chunks.append(chunk)
+    if not chunks:
+        raise InvalidRequestError("the model produced no audio", param="input")
+    audio = np.concatenate([c.samples for c in chunks]).astype(np.float32)
+    rate = chunks[0].sample_rate
+    total = time.perf_counter() - t0
+    return GenerationResult(
+        audio=audio,
+        sample_rate=rate,
+        timings={
+            "time_to_first_audio_s": first or 0.0,
+            "generate_s": total,
+            "real_time_factor": total / max(len(audio) / rate, 1e-9),
+        },
+    )

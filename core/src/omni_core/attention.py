@@ -1,0 +1,137 @@
+"""The attention dispatcher: one interface, the backend chosen per platform and per role.
+
+Every attention call in an omni pipeline goes through :func:`dispatch_attention` with q/k/v laid
+out as ``[batch, seq, heads, head_dim]``. Which kernel runs is configuration
+(:class:`~omni_core.config.AttentionConfig`): globally, or per role (``self``, ``cross``,
+``joint``), validated against the platform when the router is built, not in the hot loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from omni_core.errors import ConfigError
+from omni_core.registry import AttentionBackendSpec, Availability, Registry, load_object
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from omni_core.config import AttentionConfig
+    from omni_core.platforms import Platform
+
+Role = Literal["self", "cross", "joint"]
+ROLES: tuple[Role, ...] = ("self", "cross", "joint")
+AttentionFn = Callable[..., "torch.Tensor"]
+
+
+def backend_availability(spec: AttentionBackendSpec, device_type: str) -> Availability:
+    """Whether ``spec`` can run on ``device_type`` here, and why not."""
+    if device_type not in spec.device_types:
+        return Availability.no(
+            f"runs on {', '.join(spec.device_types)}, not on {device_type}"
+        )
+    if spec.availability is None:
+        return Availability.yes()
+    try:
+        result = load_object(spec.availability)()
+    except Exception as exc:  # noqa: BLE001
+        return Availability.no(f"availability check failed: {type(exc).__name__}: {exc}")
+    return result if isinstance(result, Availability) else Availability(available=bool(result))
+
+
+def resolve_backend(
+    name: str, registry: Registry, platform: Platform
+) -> AttentionBackendSpec:
+    """Turn a configured backend name (or ``auto``) into a usable spec, or raise ConfigError."""
+    backends = registry.attention_backends
+    if name == "auto":
+        candidates = [backends[n] for n in platform.preferred_attention_backends if n in backends]
+        candidates += sorted(
+            (s for s in backends.values() if s not in candidates),
+            key=lambda s: (-s.priority, s.name),
+        )
+        for spec in candidates:
+            if backend_availability(spec, platform.device_type).available:
+                return spec
+        raise ConfigError(f"no attention backend is usable on platform {platform.name!r}")
+    spec = backends.get(name)
+    if spec is None:
+        known = ", ".join(sorted(backends))
+        raise ConfigError(f"attention.backend: unknown attention backend {name!r}; known: {known}")
+    availability = backend_availability(spec, platform.device_type)
+    if not availability.available:
+        raise ConfigError(
+            f"attention.backend: {name!r} cannot run on platform {platform.name!r}: "
+            f"{availability.reason}"
+        )
+    return spec
+
+
+@dataclass(frozen=True)
+class AttentionRouter:
+    """Resolved kernels per role; built once per pipeline, consulted on every call."""
+
+    functions: dict[str, AttentionFn]
+    names: dict[str, str]
+
+    @classmethod
+    def build(
+        cls, config: AttentionConfig, registry: Registry, platform: Platform
+    ) -> AttentionRouter:
+        functions: dict[str, AttentionFn] = {}
+        names: dict[str, str] = {}
+        for role in ROLES:
+            spec = resolve_backend(config.for_role(role), registry, platform)
+            functions[role] = spec.load()
+            names[role] = spec.name
+        return cls(functions=functions, names=names)
+
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        role: Role = "self",
+        attn_mask: torch.Tensor | None = None,
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        return self.functions[role](q, k, v, attn_mask=attn_mask, scale=scale)
+
+
+_ACTIVE: contextvars.ContextVar[AttentionRouter | None] = contextvars.ContextVar(
+    "omni_attention_router", default=None
+)
+
+
+@contextlib.contextmanager
+def use_router(router: AttentionRouter) -> Iterator[AttentionRouter]:
+    """Make ``router`` the one :func:`dispatch_attention` uses inside this block."""
+    token = _ACTIVE.set(router)
+    try:
+        yield router
+    finally:
+        _ACTIVE.reset(token)
+
+
+def dispatch_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    role: Role = "self",
+    attn_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    **_: Any,
+) -> torch.Tensor:
+    """Attention over ``[B, S, H, D]`` tensors through the active router (SDPA if none)."""
+    router = _ACTIVE.get()
+    if router is None:
+        from omni_core.builtins.attention import sdpa
+
+        return sdpa(q, k, v, attn_mask=attn_mask, scale=scale)
+    return router(q, k, v, role=role, attn_mask=attn_mask, scale=scale)

@@ -1,0 +1,1 @@
+"""Built-in CLI commands, imported lazily by :mod:`omni_core.cli`."""

@@ -1,0 +1,1 @@
+"""Pipeline protocols, the shared request/result types and the staged runtime."""

@@ -1,0 +1,192 @@
+"""The pipeline contract: staged diffusion (prepare / step / decode) and streamed speech.
+
+The engine, not the model, owns the loop. A diffusion pipeline only says how to start a request
+(:meth:`StagedPipeline.prepare`), how to advance a batch of compatible requests by one denoising
+step (:meth:`StagedPipeline.step`) and how to turn the final latents into pixels
+(:meth:`StagedPipeline.decode`). That is what lets step-level batching, progress, cancellation,
+caching and parallelism live in one place instead of in every model.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from omni_core.config import (
+    AttentionConfig,
+    CacheConfig,
+    ParallelConfig,
+    QuantizationConfig,
+)
+from omni_core.errors import InvalidRequestError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from omni_core.attention import AttentionRouter
+    from omni_core.platforms import Platform
+    from omni_core.registry import PipelineSpec
+
+
+class NoExtras(BaseModel):
+    """Extras model of a pipeline that takes none: any extra is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class GenerationRequest(BaseModel):
+    """The shared request schema. Model-specific knobs go in ``extras`` (the pipeline's model)."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    prompt: str = Field("", description="Text prompt (or, for speech, the text to speak).")
+    negative_prompt: str | None = None
+    height: int | None = Field(None, gt=0, le=8192)
+    width: int | None = Field(None, gt=0, le=8192)
+    num_frames: int | None = Field(None, gt=0, le=1024)
+    num_inference_steps: int | None = Field(None, ge=1, le=1000)
+    guidance_scale: float | None = Field(None, ge=0.0, le=100.0)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    num_outputs: int = Field(1, ge=1, le=16, description="Outputs per prompt (OpenAI's n).")
+    images: list[Any] = Field(default_factory=list, description="Conditioning PIL images.")
+    voice: str | None = None
+    speed: float = Field(1.0, ge=0.25, le=4.0)
+    sample_rate: int | None = Field(None, ge=8000, le=192000)
+    extras: dict[str, Any] = Field(default_factory=dict)
+    request_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass
+class GenerationResult:
+    """What a request produced, plus how long each stage took."""
+
+    images: list[Image.Image] | None = None
+    video: np.ndarray | None = None  # frames x H x W x 3, uint8
+    fps: int | None = None
+    audio: np.ndarray | None = None  # float32 mono PCM in [-1, 1]
+    sample_rate: int | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    peak_memory_bytes: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PipelineOptions:
+    """Everything a pipeline needs to load, decided by the core before ``from_pretrained``."""
+
+    device: torch.device
+    dtype: torch.dtype
+    platform: Platform
+    attention: AttentionRouter | None = None
+    attention_config: AttentionConfig = field(default_factory=AttentionConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    quantization: QuantizationConfig = field(default_factory=QuantizationConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    #: Options a pipeline understands beyond the shared ones (e.g. ``text_encoder_device``).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Pipeline(ABC):
+    """What every pipeline has: loading, request validation, and its spec."""
+
+    #: The pydantic model of this pipeline's request extras.
+    extras_model: ClassVar[type[BaseModel]] = NoExtras
+    spec: PipelineSpec | None = None
+
+    @classmethod
+    @abstractmethod
+    def from_pretrained(cls, path: Path, options: PipelineOptions) -> Pipeline:
+        """Load from a local checkpoint folder (the core resolved Hub ids already)."""
+
+    def validate(self, request: GenerationRequest) -> GenerationRequest:
+        """Check and complete ``request`` before any compute; raise InvalidRequestError.
+
+        The default validates ``extras`` against :attr:`extras_model` and stores the parsed,
+        defaulted values back. Subclasses add their own checks (sizes, frame counts, images).
+        """
+        try:
+            extras = self.extras_model.model_validate(request.extras)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "extras"
+            raise InvalidRequestError(f"extras.{where}: {first['msg']}", param=where) from None
+        return request.model_copy(update={"extras": extras.model_dump()})
+
+
+@dataclass
+class DenoiseState:
+    """One request in flight: its latents, schedule and position. Pipelines subclass it."""
+
+    request: GenerationRequest
+    num_steps: int
+    step_index: int = 0
+    #: Filled by the pipeline: latents, timesteps, prompt embeddings, scheduler, ...
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.step_index >= self.num_steps
+
+
+class StagedPipeline(Pipeline):
+    """A diffusion pipeline the engine drives one denoising step at a time."""
+
+    @abstractmethod
+    def prepare(self, request: GenerationRequest) -> DenoiseState:
+        """Encode the prompt, draw the initial noise and set the timesteps.
+
+        Noise must be drawn exactly as the reference pipeline draws it from
+        ``torch.Generator("cpu").manual_seed(request.seed)`` so seeds reproduce it.
+        """
+
+    @abstractmethod
+    def step(self, states: list[DenoiseState]) -> None:
+        """Advance every state by one denoising step (CFG included), in place.
+
+        States share :meth:`batch_key`. No host synchronisation in here.
+        """
+
+    @abstractmethod
+    def decode(self, state: DenoiseState) -> GenerationResult:
+        """Turn finished latents into images or video."""
+
+    def batch_key(self, state: DenoiseState) -> Hashable:
+        """States with equal keys may share a :meth:`step` call. Default: never batch."""
+        return id(state)
+
+
+@dataclass
+class AudioChunk:
+    """A delta of audio: never cumulative."""
+
+    samples: np.ndarray  # float32 mono
+    sample_rate: int
+
+
+@dataclass(frozen=True)
+class Voice:
+    """A voice a speech pipeline offers."""
+
+    id: str
+    name: str = ""
+    language: str | None = None
+    description: str = ""
+
+
+class SpeechPipeline(Pipeline):
+    """A speech pipeline: yields delta audio chunks as it generates them."""
+
+    @abstractmethod
+    def stream(self, request: GenerationRequest) -> Iterator[AudioChunk]:
+        """Yield audio chunks; their concatenation is the non-streamed result."""
+
+    def voices(self) -> list[Voice]:
+        return []
