@@ -52,14 +52,25 @@ class PluginInfo:
     api_version: str | None = None
     hooks: list[str] = field(default_factory=list)
     provides: dict[str, list[str]] = field(default_factory=dict)
+    #: Errors found while loading (import, API version, hooks); they survive registry rebuilds.
+    load_errors: list[str] = field(default_factory=list, repr=False)
 
-    def fail(self, message: str) -> None:
+    def fail(self, message: str, *, at_load: bool = True) -> None:
+        """Mark the plugin broken. ``at_load=False``: an error of one registry build only."""
+        if at_load:
+            self.load_errors.append(message)
         self.status = "error"
         self.error = message if self.error is None else f"{self.error}; {message}"
+
+    def reset_build_errors(self) -> None:
+        """Forget errors of a previous registry build (keep the load errors)."""
+        self.error = "; ".join(self.load_errors) or None
+        self.status = "error" if self.load_errors else "ok"
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "module": self.module,
             "distribution": self.distribution,
             "version": self.version,
             "builtin": self.builtin,
@@ -79,11 +90,23 @@ def _trace(message: str) -> None:
     print(f"omni-trace: {message}", file=sys.stderr, flush=True)
 
 
+def _parse_api(version: str) -> tuple[int, int]:
+    major, _, minor = version.strip().partition(".")
+    return int(major), int(minor or 0)
+
+
 def api_compatible(declared: str, provided: str) -> bool:
-    """A plugin built for API ``M.m`` loads on core ``M.n`` with ``n >= m``."""
-    d_major, _, d_minor = declared.partition(".")
-    p_major, _, p_minor = provided.partition(".")
-    return d_major == p_major and int(d_minor or 0) <= int(p_minor or 0)
+    """A plugin built for API ``M.m`` loads on core ``M.n`` with ``n >= m``.
+
+    Same major: the hook signatures and spec fields it uses exist. A newer minor on the plugin's
+    side may use fields this core lacks, so it is refused too. Unparseable versions are refused.
+    """
+    try:
+        d_major, d_minor = _parse_api(declared)
+        p_major, p_minor = _parse_api(provided)
+    except ValueError:
+        return False
+    return d_major == p_major and d_minor <= p_minor
 
 
 class PluginHost:
@@ -173,8 +196,11 @@ class PluginHost:
         return info
 
     def register_object(self, name: str, plugin: object) -> PluginInfo:
-        """Register any object with hook implementations (tests, throwaway plugins)."""
-        info = PluginInfo(name=name, module=type(plugin).__module__)
+        """Register any object or module with hook implementations (tests, throwaway plugins)."""
+        if name in self.plugins:
+            raise PluginError(f"a plugin named {name!r} is already loaded")
+        module = plugin.__name__ if isinstance(plugin, ModuleType) else type(plugin).__module__
+        info = PluginInfo(name=name, module=module)
         self.plugins[name] = info
         self._register(plugin, info)
         self._registry = None
@@ -194,6 +220,9 @@ class PluginHost:
         unknown = []
         for attr in dir(plugin):
             if self.pm.parse_hookimpl_opts(plugin, attr) is None:
+                if attr in hookspecs.ALL_HOOKS and callable(getattr(plugin, attr, None)):
+                    # Named like a hook but not marked: pluggy would silently ignore it.
+                    unknown.append(f"{attr!r} (not marked with @hookimpl)")
                 continue
             if attr not in hookspecs.ALL_HOOKS:
                 close = difflib.get_close_matches(attr, hookspecs.ALL_HOOKS, n=1)
@@ -202,7 +231,7 @@ class PluginHost:
             else:
                 info.hooks.append(attr)
         if unknown:
-            info.fail(f"plugin {info.name!r} implements unknown hook {', '.join(unknown)}")
+            info.fail(f"plugin {info.name!r} has bad hook implementation(s): {', '.join(unknown)}")
             info.hooks.clear()
             return self._maybe_raise(info)
         try:
@@ -241,40 +270,55 @@ class PluginHost:
                 message = f"{hook_name} failed: {type(exc).__name__}: {exc}"
                 if info is None:
                     raise
-                info.fail(message)
+                info.fail(message, at_load=False)
                 self._maybe_raise(info)
 
     def _build_registry(self) -> Registry:
+        for info in self.plugins.values():
+            info.reset_build_errors()
         registry = Registry()
         pending: dict[str, list[Spec]] = {}
         for hook_name, kind in hookspecs.COLLECTION_HOOKS.items():
 
-            def make_args(plugin_name: str, kind: str = kind) -> dict[str, Any]:
+            def make_args(
+                plugin_name: str, kind: str = kind, hook_name: str = hook_name
+            ) -> dict[str, Any]:
                 def register(spec: Spec) -> None:
                     if not isinstance(spec, Spec) or spec.kind != kind:
                         raise RegistrationError(
                             f"{hook_name} must register {kind} specs, got {type(spec).__name__}"
                         )
+                    if self.trace:
+                        _trace(f"  {plugin_name} registered {kind} {spec.name!r}")
                     pending.setdefault(plugin_name, []).append(spec)
 
                 return {"register": register}
 
             self._call_each(hook_name, make_args)
-        # Built-ins first, then plugins by name: a deterministic "later" for override rules.
-        order = sorted(pending, key=lambda n: (not self.plugins.get(n, PluginInfo(n, n)).builtin, n))
-        for plugin_name in order:
+
+        # Built-ins first, then plugins by name; plugins that override something come after
+        # those that do not, so an override replaces its target whatever the names sort to.
+        def order_key(name: str) -> tuple[bool, bool, str]:
+            info = self.plugins.get(name)
+            overrides = any(spec.overrides for spec in pending[name])
+            return (not (info.builtin if info else False), overrides, name)
+
+        for plugin_name in sorted(pending, key=order_key):
             info = self.plugins.get(plugin_name)
             if info is not None and info.status != "ok":
                 continue
-            for spec in pending[plugin_name]:
-                try:
+            # All or nothing per plugin: a plugin with one conflicting spec adds none.
+            snapshot = {kind: dict(table) for kind, table in registry.specs.items()}
+            try:
+                for spec in pending[plugin_name]:
                     registry.add(spec, plugin_name)
-                except RegistrationError as exc:
-                    if info is None or self.strict:
-                        raise
-                    info.fail(str(exc))
+            except RegistrationError as exc:
+                registry.specs = snapshot
+                if info is None or self.strict:
+                    raise
+                info.fail(str(exc), at_load=False)
         for name, info in self.plugins.items():
-            info.provides = {k: v for k, v in registry.by_plugin(name).items() if v}
+            info.provides = registry.by_plugin(name)
         return registry
 
     def add_commands(self, cli: Any) -> None:

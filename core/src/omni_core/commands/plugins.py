@@ -19,7 +19,7 @@ def list_plugins(as_json: bool) -> None:
         return
     rows = [("PLUGIN", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES")]
     for info in infos:
-        provides = "; ".join(f"{k}: {', '.join(v)}" for k, v in info.provides.items()) or "-"
+        provides = "; ".join(f"{k}: {', '.join(v)}" for k, v in info.provides.items() if v) or "-"
         rows.append(
             (
                 info.name,
