@@ -91,6 +91,7 @@ def omni_register_platforms(register: Callable[[PlatformSpec], None]) -> None:
             device_type="cpu",
             priority=0,
             description="Any CPU torch supports; the fallback.",
+            compatibility={"torch": ">=2.4"},
         )
     )
     register(
@@ -101,5 +102,6 @@ def omni_register_platforms(register: Callable[[PlatformSpec], None]) -> None:
             device_type="cuda",
             priority=100,
             description="NVIDIA GPUs through torch.cuda (NCCL for multi-GPU).",
+            compatibility={"torch": ">=2.4"},
         )
     )
