@@ -1,0 +1,135 @@
+"""The plugin-author kit: isolated plugin hosts and checks that a plugin package is sound.
+
+Used through the pytest plugin (:mod:`omni_core.testing.pytest_plugin`, loaded automatically when
+omni-core is installed) or directly::
+
+    from omni_core.testing import assert_plugin_discoverable
+    registry = assert_plugin_discoverable("omni-my-plugin")
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Iterator
+from importlib import metadata
+from types import ModuleType
+
+from omni_core.errors import PluginError
+from omni_core.plugins import ENTRY_POINT_GROUP, PluginHost, set_host
+from omni_core.registry import Registry, Spec
+
+__all__ = [
+    "assert_plugin_discoverable",
+    "isolated_host",
+    "register_plugin",
+    "validate_spec_references",
+]
+
+
+@contextlib.contextmanager
+def isolated_host(*, builtins: bool = True, strict: bool = False) -> Iterator[PluginHost]:
+    """A fresh host with autoload off, made the process-wide host for the block, then restored.
+
+    Installed plugins never leak in (no entry points are read), whatever ``OMNI_*`` says; the
+    platform selection cache is reset on entry and exit so it follows the isolated registry.
+    """
+    from omni_core import platforms
+
+    host = PluginHost(autoload=False, allow=None, trace=False, builtins=builtins, strict=strict)
+    previous = set_host(host)
+    platforms.reset_platform()
+    try:
+        yield host
+    finally:
+        set_host(previous)
+        platforms.reset_platform()
+
+
+def register_plugin(
+    host: PluginHost, plugin: object | ModuleType, name: str | None = None, *, strict: bool = True
+) -> Registry:
+    """Register ``plugin`` (an object or module with hook implementations) and build the registry.
+
+    With ``strict`` (the default) any problem (unknown hook, failing hook, duplicate name)
+    raises :class:`~omni_core.errors.PluginError` with the host's message.
+    """
+    name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+    info = host.register_object(name, plugin)
+    registry = host.registry
+    if strict and info.status != "ok":
+        raise PluginError(f"plugin {name!r}: {info.error}")
+    return registry
+
+
+def _reference_problem(reference: str) -> str | None:
+    module_name = reference.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError) as exc:
+        return f"{reference!r}: cannot look up module {module_name!r}: {exc}"
+    if found is None:
+        return f"{reference!r}: module {module_name!r} does not exist"
+    return None
+
+
+def validate_spec_references(spec: Spec) -> list[str]:
+    """Problems with a spec's lazy ``"module:attr"`` references (their modules must exist).
+
+    Modules are located, not imported, so the check stays cheap and never imports torch.
+    """
+    problems = []
+    for field in ("implementation", "availability", "detector", "extras"):
+        reference = getattr(spec, field, None)
+        if reference:
+            problem = _reference_problem(reference)
+            if problem:
+                problems.append(f"{spec.kind} {spec.name!r}.{field}: {problem}")
+    return problems
+
+
+def assert_plugin_discoverable(name: str) -> Registry:
+    """Assert that an installed plugin is found through the ``omni`` entry-point group, loads
+    cleanly in strict mode (right plugin API, known hooks, valid specs, no name clashes with the
+    built-ins) and that every spec it registers points at modules that exist.
+
+    ``name`` is the entry-point name or the distribution name. Returns the registry built from
+    the built-ins plus this plugin only.
+    """
+    found = [
+        ep
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
+        if name in (ep.name, ep.dist.metadata["Name"] if ep.dist is not None else None)
+    ]
+    if not found:
+        raise AssertionError(
+            f"no entry point in group {ENTRY_POINT_GROUP!r} is named {name!r} or belongs to "
+            f"distribution {name!r}; is the package installed (pip install -e .) and does its "
+            f'pyproject.toml declare [project.entry-points.omni] {name} = "<module>"?'
+        )
+    with isolated_host(strict=True) as host:
+        registry: Registry | None = None
+        for ep in found:
+            try:
+                module = ep.load()
+            except Exception as exc:
+                raise AssertionError(
+                    f"plugin {ep.name!r}: importing {ep.value} failed: {type(exc).__name__}: {exc}"
+                ) from exc
+            try:
+                host.load_module(ep.name, module)
+                registry = host.registry
+            except PluginError as exc:
+                raise AssertionError(f"plugin {ep.name!r} is broken: {exc}") from exc
+        assert registry is not None
+        problems = [
+            problem
+            for spec in registry
+            if spec.plugin in {ep.name for ep in found}
+            for problem in validate_spec_references(spec)
+        ]
+        if problems:
+            raise AssertionError("; ".join(problems))
+        return registry
