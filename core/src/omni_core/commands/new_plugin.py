@@ -1,0 +1,144 @@
+"""`omni new-plugin NAME --kind KIND`: write a pip-installable plugin package to start from.
+
+The package has a pyproject with the ``omni`` entry point, a ``plugin.py`` whose hook registers a
+spec of the chosen kind, the implementation module that spec points at, README, CHANGELOG,
+tox.ini and a first test: "my plugin is discoverable and its specs validate".
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from importlib import resources
+from pathlib import Path
+
+import click
+
+#: kind -> (hook, registry attribute, implementation module, singular noun, needs torch)
+KINDS: dict[str, tuple[str, str, str, str, bool]] = {
+    "model": ("omni_register_pipelines", "pipelines", "pipeline", "pipeline", True),
+    "platform": ("omni_register_platforms", "platforms", "platform", "platform", False),
+    "attention": (
+        "omni_register_attention_backends", "attention_backends", "attention",
+        "attention backend", True,
+    ),
+    "cache": ("omni_register_cache_backends", "cache_backends", "cache", "cache backend", True),
+    "quantizer": ("omni_register_quantizers", "quantizers", "quantizer", "quantizer", True),
+}
+
+_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+TEMPLATE_ROOT = "templates/plugin"
+
+
+def names_for(name: str) -> dict[str, str]:
+    """Distribution, import and spec names derived from NAME (``omni-foo`` or ``foo``)."""
+    dist = name if name.startswith("omni-") else f"omni-{name}"
+    module = dist.replace("-", "_")
+    short = dist.removeprefix("omni-")
+    class_name = "".join(part.capitalize() for part in short.split("-"))
+    return {
+        "dist": dist,
+        "module": module,
+        "spec_name": short,
+        "class_name": class_name,
+        "device_type": short.replace("-", "").replace("platform", "") or "device",
+    }
+
+
+def validate_name(name: str) -> dict[str, str]:
+    if not _NAME.match(name):
+        raise click.BadParameter(
+            "use lower-case letters, digits and single dashes, starting with a letter "
+            "(e.g. 'my-attention' or 'omni-my-attention')",
+            param_hint="NAME",
+        )
+    names = names_for(name)
+    if names["dist"] == "omni-core" or keyword.iskeyword(names["module"]):
+        raise click.BadParameter(f"{name!r} is reserved", param_hint="NAME")
+    if names["spec_name"] in {"", "core"}:
+        raise click.BadParameter(f"{name!r} leaves no plugin name after 'omni-'", param_hint="NAME")
+    return names
+
+
+def render(text: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        text = text.replace("{{" + key + "}}", value)
+    leftover = re.search(r"\{\{\w+\}\}", text)
+    if leftover:  # a template bug, not a user error
+        raise RuntimeError(f"template placeholder {leftover.group()} was not filled")
+    return text
+
+
+def write_plugin(name: str, kind: str, output: Path) -> Path:
+    """Write the package for ``name`` into ``output/<dist>``; returns that directory."""
+    from omni_core import PLUGIN_API_VERSION
+
+    names = validate_name(name)
+    hook, kind_attr, impl_module, singular, needs_torch = KINDS[kind]
+    target = output / names["dist"]
+    if target.exists():
+        raise click.UsageError(f"{target} already exists; choose another NAME or --output")
+    values = {
+        **names,
+        "kind": kind,
+        "kind_singular": singular,
+        "kind_attr": kind_attr,
+        "hook": hook,
+        "impl_module": impl_module,
+        "api": PLUGIN_API_VERSION,
+        "description": f"The {names['spec_name']} {singular} for omni.",
+        "core_requirement": (
+            "omni-core[runtime]>=0.1,<0.2" if needs_torch else "omni-core>=0.1,<0.2"
+        ),
+    }
+    root = resources.files("omni_core").joinpath(TEMPLATE_ROOT)
+    files: dict[str, str] = {}
+    for folder, prefix in ((root.joinpath("common"), ""), (root.joinpath("kinds", kind), None)):
+        for path, text in _walk(folder):
+            relative = path if prefix is not None else f"src/__module__/{path}"
+            files[relative.replace("__module__", names["module"])] = render(text, values)
+    target.mkdir(parents=True)
+    for relative, text in sorted(files.items()):
+        destination = target / relative.removesuffix(".tmpl")
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.write_text(text, encoding="utf-8")
+    return target
+
+
+def _walk(folder, prefix: str = "") -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    out = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name == "__pycache__":
+            continue
+        if entry.is_dir():
+            out += _walk(entry, f"{prefix}{entry.name}/")
+        elif entry.name.endswith(".tmpl"):
+            out.append((f"{prefix}{entry.name}", entry.read_text(encoding="utf-8")))
+    return out
+
+
+@click.command("new-plugin")
+@click.argument("name")
+@click.option(
+    "--kind",
+    type=click.Choice(sorted(KINDS)),
+    required=True,
+    help="What the plugin provides.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Directory to create the package in.",
+)
+def new_plugin(name: str, kind: str, output: Path) -> None:
+    """Create a pip-installable plugin package NAME (distribution omni-NAME)."""
+    target = write_plugin(name, kind, output)
+    names = names_for(name)
+    click.echo(f"Created {target} ({kind} plugin {names['dist']}, import {names['module']}).")
+    click.echo("Next:")
+    click.echo(f"  pip install -e '{target}[test]'")
+    click.echo(f"  omni list-plugins          # shows {names['dist']}")
+    click.echo(f"  pytest {target / 'tests'}")
