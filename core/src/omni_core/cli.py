@@ -108,3 +108,7 @@ def cli() -> None:
 
 def main() -> None:
     cli()
+
+
+if __name__ == "__main__":  # python -m omni_core.cli (used for -X importtime checks)
+    main()

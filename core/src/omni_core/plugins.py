@@ -25,7 +25,7 @@ import pluggy
 
 from omni_core import hookspecs
 from omni_core.errors import PluginError, RegistrationError
-from omni_core.registry import Registry, Spec
+from omni_core.registry import SPEC_TYPES, Registry, Spec
 
 ENTRY_POINT_GROUP = "omni"
 
@@ -33,6 +33,9 @@ ENTRY_POINT_GROUP = "omni"
 BUILTIN_PLUGINS: dict[str, str] = {
     "omni-platforms": "omni_core.builtins.platforms",
     "omni-attention": "omni_core.builtins.attention",
+    "omni-attention-extra": "omni_core.builtins.attention_extra",
+    "omni-cache": "omni_core.builtins.cache",
+    "omni-quantizers": "omni_core.builtins.quantizers",
 }
 
 Status = Literal["ok", "error"]
@@ -78,7 +81,7 @@ class PluginInfo:
             "error": self.error,
             "api_version": self.api_version,
             "hooks": list(self.hooks),
-            "provides": {k: list(v) for k, v in self.provides.items()},
+            "provides": {k: list(self.provides.get(k, ())) for k in SPEC_TYPES},
         }
 
 
@@ -156,7 +159,8 @@ class PluginHost:
                 version=dist.version if dist is not None else None,
             )
             if ep.name in self.plugins:
-                info.fail(f"plugin name {ep.name!r} is already taken by {self.plugins[ep.name].module}")
+                taken_by = self.plugins[ep.name].module
+                info.fail(f"plugin name {ep.name!r} is already taken by {taken_by}")
                 self.plugins[f"{ep.name} ({dist_name})"] = info
                 continue
             self.plugins[ep.name] = info
@@ -172,7 +176,9 @@ class PluginHost:
             self._register(module, info)
         self._registry = None
 
-    def load_module(self, name: str, module: ModuleType | str, *, builtin: bool = False) -> PluginInfo:
+    def load_module(
+        self, name: str, module: ModuleType | str, *, builtin: bool = False
+    ) -> PluginInfo:
         """Register a module (or an importable module name) as a plugin called ``name``."""
         if isinstance(module, str):
             import importlib
@@ -185,7 +191,8 @@ class PluginHost:
                 info.fail(f"failed to import {module_name}: {type(exc).__name__}: {exc}")
                 self.plugins[name] = info
                 return info
-        info = PluginInfo(name=name, module=getattr(module, "__name__", repr(module)), builtin=builtin)
+        module_name = getattr(module, "__name__", repr(module))
+        info = PluginInfo(name=name, module=module_name, builtin=builtin)
         if builtin:
             from omni_core import __version__
 

@@ -30,7 +30,9 @@ class CudaPlatform(Platform):
     dist_backend: ClassVar[str] = "nccl"
     # cuDNN attention beat flash by ~25% on H200 for Wan-sized sequences; sdpa-auto covers the rest.
     preferred_attention_backends: ClassVar[tuple[str, ...]] = ("sdpa-cudnn", "sdpa-flash", "sdpa")
-    supported_dtypes: ClassVar[tuple[str, ...]] = ("bfloat16", "float16", "float32", "float8_e4m3fn")
+    supported_dtypes: ClassVar[tuple[str, ...]] = (
+        "bfloat16", "float16", "float32", "float8_e4m3fn",
+    )
 
     def device_count(self) -> int:
         import torch

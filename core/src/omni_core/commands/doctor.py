@@ -216,7 +216,7 @@ def render(report: dict[str, Any]) -> str:
         for item in report[key]:
             rows.append(
                 tuple(
-                    _mark(item[c]) if c == "usable" else str(item[c] if item[c] is not None else "-")
+                    _mark(item[c]) if c == "usable" else ("-" if item[c] is None else str(item[c]))
                     for c in columns
                 )
             )

@@ -12,9 +12,13 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
-from collections.abc import Iterator
+import re
+import textwrap
+from collections.abc import Iterator, Mapping
 from importlib import metadata
+from pathlib import Path
 from types import ModuleType
 
 from omni_core.errors import PluginError
@@ -26,6 +30,7 @@ __all__ = [
     "isolated_host",
     "register_plugin",
     "validate_spec_references",
+    "write_distribution",
 ]
 
 
@@ -68,6 +73,8 @@ def _reference_problem(reference: str) -> str | None:
     module_name = reference.partition(":")[0]
     try:
         found = importlib.util.find_spec(module_name)
+    except ModuleNotFoundError:
+        found = None
     except (ImportError, ValueError) as exc:
         return f"{reference!r}: cannot look up module {module_name!r}: {exc}"
     if found is None:
@@ -133,3 +140,42 @@ def assert_plugin_discoverable(name: str) -> Registry:
         if problems:
             raise AssertionError("; ".join(problems))
         return registry
+
+
+def write_distribution(
+    root: Path,
+    dist: str,
+    modules: Mapping[str, str],
+    *,
+    entry_points: Mapping[str, str] | None = None,
+    version: str = "0.1.0",
+) -> Path:
+    """Write modules plus a ``<dist>.dist-info`` (METADATA, entry_points.txt) under ``root``.
+
+    With ``root`` on ``sys.path`` this is a real installed distribution as far as
+    ``importlib.metadata`` is concerned (a real ``omni`` entry point, no pip needed): the way to
+    test discovery, broken imports and API mismatches. ``modules`` maps dotted module names to
+    source; ``entry_points`` maps entry-point names to module names (default: ``{dist: first
+    module}``).
+    """
+    root = Path(root)
+    for module_name, source in modules.items():
+        path = root.joinpath(*module_name.split("."))
+        parents = module_name.split(".")[:-1]
+        for i in range(1, len(parents) + 1):
+            init = root.joinpath(*parents[:i], "__init__.py")
+            init.parent.mkdir(parents=True, exist_ok=True)
+            init.touch()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".py").write_text(textwrap.dedent(source), encoding="utf-8")
+    if entry_points is None:
+        entry_points = {dist: next(iter(modules))}
+    info = root / f"{re.sub(r'[-.]+', '_', dist)}-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n", encoding="utf-8"
+    )
+    lines = [f"[{ENTRY_POINT_GROUP}]"] + [f"{k} = {v}" for k, v in entry_points.items()]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    importlib.invalidate_caches()
+    return info
