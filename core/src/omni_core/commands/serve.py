@@ -1,0 +1,98 @@
+"""``omni serve``: the OpenAI-compatible HTTP server (FastAPI on uvicorn)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+
+def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, str]]:
+    """MODEL arguments (optionally ``ID=PATH``) and ``--name`` aliases -> (id, path) pairs."""
+    if len(names) > len(models):
+        raise click.BadParameter(f"{len(names)} --name values for {len(models)} models",
+                                 param_hint="--name")
+    out: list[dict[str, str]] = []
+    for i, model in enumerate(models):
+        model_id, sep, path = model.partition("=")
+        if not sep or not model_id or Path(model).exists():
+            model_id, path = model, model
+        if i < len(names):
+            model_id = names[i]
+        out.append({"id": model_id, "path": path})
+    ids = [m["id"] for m in out]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise click.BadParameter(f"model ids must be unique, repeated: {', '.join(duplicates)} "
+                                 "(use --name to alias)", param_hint="MODEL")
+    return out
+
+
+@click.command("serve")
+@click.argument("models", nargs=-1, required=True)
+@click.option("--name", "names", multiple=True,
+              help="Public id of the MODEL at the same position (repeatable); default: MODEL.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to bind. The default accepts local clients only.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--api-key", envvar="OMNI_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' on every /v1 route [env: OMNI_API_KEY].")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where video jobs and outputs persist [default: ~/.local/state/omni/serve].")
+@click.option("--max-batch", default=4, show_default=True, type=click.IntRange(1, 256),
+              help="Most requests stepped together; 1 turns step-level batching off.")
+@click.option("--max-queue", default=64, show_default=True, type=click.IntRange(1, 100000),
+              help="Queued requests per model before new ones get 429.")
+@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds a request may take (queue included) before it fails.")
+@click.option("--device", default=None, help="torch device, e.g. cuda:0 (default: platform's).")
+@click.option("--dtype", default=None, help="bfloat16 | float16 | float32.")
+@click.option("--attention-backend", default=None, help="Attention backend for every role.")
+@click.option("--max-upload-mb", default=20.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True), help="Largest accepted upload.")
+@click.option("--allowed-url-hosts", default="", show_default=False,
+              help="Comma-separated hosts the server may fetch image URLs from (default: none).")
+@click.option("--no-warmup", is_flag=True, help="Skip the warm-up request of each model.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve(models: tuple[str, ...], names: tuple[str, ...], host: str, port: int,
+          api_key: str | None, state_dir: Path | None, max_batch: int, max_queue: int,
+          request_timeout: float | None, device: str | None, dtype: str | None,
+          attention_backend: str | None, max_upload_mb: float, allowed_url_hosts: str,
+          no_warmup: bool, log_level: str) -> None:
+    """Serve MODEL(s) over an OpenAI-compatible HTTP API.
+
+    Each MODEL is a local checkpoint folder or a Hugging Face Hub id, addressed in requests by
+    its id (the argument, ``ID=PATH``, or --name). /health is 503 until every model is loaded
+    and warmed.
+    """
+    import logging
+
+    import uvicorn
+
+    from omni_core.errors import ConfigError
+    from omni_core.serving import ServerConfig, create_app
+
+    hosts = tuple(h.strip() for h in allowed_url_hosts.split(",") if h.strip())
+    if host not in ("127.0.0.1", "localhost", "::1") and not api_key:
+        click.echo(f"Warning: serving on {host} without an API key: anyone who can reach this "
+                   "port can use it (set --api-key or OMNI_API_KEY).", err=True)
+    try:
+        config = ServerConfig(
+            models=_models(models, names), host=host, port=port, api_key=api_key or None,
+            max_batch=max_batch, max_queue=max_queue, request_timeout_s=request_timeout,
+            device=device, dtype=dtype, attention_backend=attention_backend,
+            max_upload_mb=max_upload_mb, allowed_url_hosts=hosts, warmup=not no_warmup,
+            **({"state_dir": state_dir} if state_dir is not None else {}),
+        )
+    except ValueError as exc:  # pydantic's ValidationError
+        raise ConfigError(str(exc)) from None
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    app = create_app(config)
+    click.echo(f"omni: serving {', '.join(m.id for m in config.models)} on "
+               f"http://{host}:{port} (state: {config.state_dir})", err=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=
+                int(config.shutdown_grace_s) + 5)

@@ -1,0 +1,541 @@
+"""The serving engine: one worker thread per model, a bounded queue and step-level batching.
+
+Why a thread that owns the pipeline: a model's weights live on one device and its pipeline is not
+re-entrant, so exactly one thread calls ``prepare`` / ``step`` / ``decode`` / ``stream``. Callers
+(the HTTP server, benchmarks) submit :class:`Job` objects from any thread and get a
+:class:`concurrent.futures.Future`; asyncio code wraps it with :func:`asyncio.wrap_future`.
+
+The loop is continuous batching at denoising-step granularity: between two steps the worker admits
+new requests (``prepare``), drops cancelled or timed-out ones, steps every group of states that
+share :meth:`~omni_core.pipelines.base.StagedPipeline.batch_key` (at most ``max_batch`` per
+``step`` call), and decodes the states that finished. Speech requests advance one chunk of
+:meth:`~omni_core.pipelines.base.SpeechPipeline.stream` per iteration, so they interleave with each
+other and with diffusion work. Nothing in the loop reads tensor values back to the host.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from omni_core.errors import InvalidRequestError, OmniError
+from omni_core.pipelines.base import (
+    AudioChunk,
+    DenoiseState,
+    GenerationRequest,
+    GenerationResult,
+    Pipeline,
+    SpeechPipeline,
+    StagedPipeline,
+)
+
+log = logging.getLogger("omni.engine")
+
+
+class EngineError(OmniError):
+    """A request could not be completed by the engine; ``code`` says why."""
+
+    code = "engine_error"
+
+
+class QueueFullError(EngineError):
+    """The model's queue is full: retry after ``retry_after`` seconds."""
+
+    code = "queue_full"
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class EngineStoppedError(EngineError):
+    """The engine is shutting down and takes no new work."""
+
+    code = "server_shutting_down"
+
+
+class RequestCancelledError(EngineError):
+    code = "cancelled"
+
+
+class RequestTimeoutError(EngineError):
+    code = "timeout"
+
+
+class RequestFailedError(EngineError):
+    """The pipeline raised while serving this request (out of memory included)."""
+
+    code = "generation_failed"
+
+
+class EngineObserver(Protocol):
+    """Where the engine reports what it does (the server's Prometheus metrics)."""
+
+    def queue_depth(self, model: str, depth: int) -> None: ...
+    def running(self, model: str, count: int) -> None: ...
+    def batch(self, model: str, size: int, seconds: float) -> None: ...
+    def peak_memory(self, model: str, nbytes: int) -> None: ...
+
+
+class _NullObserver:
+    def queue_depth(self, model: str, depth: int) -> None:
+        pass
+
+    def running(self, model: str, count: int) -> None:
+        pass
+
+    def batch(self, model: str, size: int, seconds: float) -> None:
+        pass
+
+    def peak_memory(self, model: str, nbytes: int) -> None:
+        pass
+
+
+#: progress(steps_done, steps_total)
+ProgressFn = Callable[[int, int], None]
+#: Receives each speech chunk as it is generated (from the worker thread).
+ChunkSink = Callable[[AudioChunk], None]
+
+
+@dataclass(eq=False)
+class Job:
+    """One request handed to the engine, and the handle to follow or cancel it."""
+
+    request: GenerationRequest
+    on_progress: ProgressFn | None = None
+    on_chunk: ChunkSink | None = None
+    #: Called from the worker when the job leaves the queue and starts.
+    on_start: Callable[[], None] | None = None
+    timeout_s: float | None = None
+    future: Future[GenerationResult] = field(default_factory=Future)
+    submitted_at: float = field(default_factory=time.monotonic)
+    started_at: float | None = None
+    _cancel: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str = "cancelled by the client"
+
+    @property
+    def id(self) -> str:
+        return self.request.request_id
+
+    def cancel(self, reason: str = "cancelled by the client") -> None:
+        """Ask the worker to drop this job; it stops within one denoising step (or chunk)."""
+        self.cancel_reason = reason
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def expired(self, now: float) -> bool:
+        return self.timeout_s is not None and now - self.submitted_at > self.timeout_s
+
+
+@dataclass(eq=False)
+class _Running:
+    job: Job
+    state: DenoiseState | None = None
+    stream: Iterator[AudioChunk] | None = None
+    chunks: list[AudioChunk] = field(default_factory=list)
+    first_chunk_s: float | None = None
+    key: Hashable = None
+
+
+def describe_failure(exc: BaseException, batch: int = 1) -> str:
+    """A one-line, user-facing reason for an exception raised by a pipeline."""
+    name = type(exc).__name__
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else name
+    if "OutOfMemory" in name or "out of memory" in text.lower():
+        where = f" (in a batch of {batch})" if batch > 1 else ""
+        return (
+            f"out of device memory while generating{where}: {text[:300]}; retry with a smaller "
+            "size, fewer frames or fewer concurrent requests"
+        )
+    return f"{name}: {text[:500]}"
+
+
+class Engine:
+    """Serve one pipeline from one worker thread; see the module docstring for the loop."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        name: str = "model",
+        max_batch: int = 4,
+        max_queue: int = 64,
+        request_timeout_s: float | None = None,
+        observer: EngineObserver | None = None,
+    ) -> None:
+        if max_batch < 1 or max_queue < 1:
+            raise ValueError("max_batch and max_queue must be >= 1")
+        self.pipeline = pipeline
+        self.name = name
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.request_timeout_s = request_timeout_s
+        self.observer: EngineObserver = observer or _NullObserver()
+        self.kind: Literal["staged", "speech"] = (
+            "speech" if isinstance(pipeline, SpeechPipeline) else "staged"
+        )
+        if self.kind == "staged" and not isinstance(pipeline, StagedPipeline):
+            raise TypeError(f"{type(pipeline).__name__} is neither a staged nor a speech pipeline")
+        self._pending: collections.deque[Job] = collections.deque()
+        self._running: list[_Running] = []
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._drain = True
+        self._thread: threading.Thread | None = None
+        #: Mean seconds per finished request, for Retry-After estimates.
+        self._mean_service_s = 1.0
+        options = getattr(pipeline, "options", None)
+        self._platform = getattr(options, "platform", None)
+        self._device = getattr(options, "device", None)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> Engine:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._loop, name=f"omni-engine-{self.name}", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def stop(self, *, drain: bool = True, timeout: float | None = 30.0) -> list[Job]:
+        """Stop taking work; finish running (and, with ``drain``, queued) jobs within ``timeout``.
+
+        Without ``drain``, queued jobs fail at once with :class:`EngineStoppedError` (never
+        started: the caller may persist them and run them after a restart) and are returned.
+        Running jobs still unfinished at ``timeout`` are cancelled ("server shut down").
+        """
+        with self._cond:
+            self._stopping = True
+            self._drain = drain
+            leftover = [] if drain else list(self._pending)
+            if not drain:
+                self._pending.clear()
+            self._cond.notify_all()
+        for job in leftover:
+            self._finish_error(job, EngineStoppedError("the server shut down before this started"))
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                with self._cond:
+                    unfinished = [r.job for r in self._running] + list(self._pending)
+                for job in unfinished:
+                    job.cancel("the server shut down before this request finished")
+                thread.join(5.0)
+        return leftover
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._pending)
+
+    @property
+    def running_count(self) -> int:
+        return len(self._running)
+
+    # -- submission --------------------------------------------------------------------------
+
+    def submit(self, job: Job) -> Job:
+        """Queue ``job``; raises :class:`QueueFullError` (back-pressure) or EngineStoppedError."""
+        if job.timeout_s is None:
+            job.timeout_s = self.request_timeout_s
+        with self._cond:
+            if self._stopping:
+                raise EngineStoppedError("the server is shutting down; retry on another instance")
+            if len(self._pending) >= self.max_queue:
+                waves = (len(self._pending) + len(self._running)) / max(self.max_batch, 1)
+                retry = max(1.0, round(waves * self._mean_service_s, 1))
+                raise QueueFullError(
+                    f"model {self.name!r} has {len(self._pending)} queued requests (limit "
+                    f"{self.max_queue}); retry later",
+                    retry_after=retry,
+                )
+            self._pending.append(job)
+            self.observer.queue_depth(self.name, len(self._pending))
+            self._cond.notify_all()
+        log.info("request %s queued for %s", job.id, self.name)
+        return job
+
+    def cancel(self, job: Job, reason: str = "cancelled by the client") -> None:
+        """Cancel a queued job at once, or a running one at the next step boundary."""
+        job.cancel(reason)
+        with self._cond:
+            if job in self._pending:
+                self._pending.remove(job)
+                self.observer.queue_depth(self.name, len(self._pending))
+                self._finish_error(job, RequestCancelledError(reason))
+            self._cond.notify_all()
+
+    def run(self, request: GenerationRequest, timeout: float | None = None) -> GenerationResult:
+        """Submit and wait: the blocking convenience used by warm-up and tests."""
+        return self.submit(Job(request)).future.result(timeout)
+
+    # -- the worker ----------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._running and not self._stopping:
+                    self._cond.wait(1.0)
+                if self._stopping and not self._running and (not self._drain or not self._pending):
+                    break
+                admitted: list[Job] = []
+                while self._pending and len(self._running) + len(admitted) < self.max_batch:
+                    admitted.append(self._pending.popleft())
+                if admitted:
+                    self.observer.queue_depth(self.name, len(self._pending))
+            for job in admitted:
+                self._admit(job)
+            self._drop_cancelled()
+            self.observer.running(self.name, len(self._running))
+            if self._running:
+                try:
+                    self._iterate()
+                except Exception as exc:  # pragma: no cover - a bug in the loop itself
+                    log.exception("engine %s: loop error", self.name)
+                    for r in list(self._running):
+                        self._fail(r, RequestFailedError(describe_failure(exc)))
+        self.observer.running(self.name, 0)
+
+    def _admit(self, job: Job) -> None:
+        if job.future.done():
+            return
+        if job.cancelled:
+            self._finish_error(job, RequestCancelledError(job.cancel_reason))
+            return
+        job.started_at = time.monotonic()
+        job.future.set_running_or_notify_cancel()
+        log.info("request %s started on %s", job.id, self.name)
+        if job.on_start is not None:
+            try:
+                job.on_start()
+            except Exception:
+                log.exception("request %s: start callback failed", job.id)
+        entry = _Running(job)
+        try:
+            if self.kind == "speech":
+                assert isinstance(self.pipeline, SpeechPipeline)
+                entry.stream = iter(self.pipeline.stream(job.request))
+            else:
+                assert isinstance(self.pipeline, StagedPipeline)
+                entry.state = self.pipeline.prepare(job.request)
+                entry.key = self.pipeline.batch_key(entry.state)
+        except InvalidRequestError as exc:
+            self._finish_error(job, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - one request fails, the server keeps serving
+            self._log_failure(job, exc)
+            self._finish_error(job, RequestFailedError(describe_failure(exc)))
+            return
+        with self._cond:
+            self._running.append(entry)
+        if entry.state is not None and entry.state.done:
+            self._decode(entry)
+
+    def _drop_cancelled(self) -> None:
+        now = time.monotonic()
+        for entry in list(self._running):
+            job = entry.job
+            if job.cancelled:
+                self._fail(entry, RequestCancelledError(job.cancel_reason))
+            elif job.expired(now):
+                self._fail(
+                    entry, RequestTimeoutError(f"request timed out after {job.timeout_s:g} s")
+                )
+
+    def _iterate(self) -> None:
+        staged = [r for r in self._running if r.state is not None]
+        speech = [r for r in self._running if r.stream is not None]
+        if staged:
+            groups: dict[Hashable, list[_Running]] = collections.defaultdict(list)
+            for entry in staged:
+                groups[entry.key].append(entry)
+            for group in groups.values():
+                for start in range(0, len(group), self.max_batch):
+                    self._step(group[start : start + self.max_batch])
+            for entry in staged:
+                if entry in self._running and entry.state is not None and entry.state.done:
+                    self._decode(entry)
+        for entry in speech:
+            self._next_chunk(entry)
+
+    def _step(self, batch: list[_Running]) -> None:
+        assert isinstance(self.pipeline, StagedPipeline)
+        states = [e.state for e in batch if e.state is not None]
+        t0 = time.perf_counter()
+        try:
+            self.pipeline.step(states)
+        except Exception as exc:  # noqa: BLE001 - one request fails, the server keeps serving
+            for entry in batch:
+                self._log_failure(entry.job, exc)
+                self._fail(entry, RequestFailedError(describe_failure(exc, len(batch))))
+            return
+        self.observer.batch(self.name, len(states), time.perf_counter() - t0)
+        for entry in batch:
+            state = entry.state
+            if entry.job.on_progress is not None and state is not None:
+                try:
+                    entry.job.on_progress(state.step_index, state.num_steps)
+                except Exception:  # a progress sink must never break the loop
+                    log.exception("request %s: progress callback failed", entry.job.id)
+
+    def _decode(self, entry: _Running) -> None:
+        assert isinstance(self.pipeline, StagedPipeline) and entry.state is not None
+        job = entry.job
+        t0 = time.perf_counter()
+        try:
+            result = self.pipeline.decode(entry.state)
+        except Exception as exc:  # noqa: BLE001 - one request fails, the server keeps serving
+            self._log_failure(job, exc)
+            self._fail(entry, RequestFailedError(describe_failure(exc)))
+            return
+        result.timings["decode_s"] = time.perf_counter() - t0
+        result.timings["steps"] = float(entry.state.num_steps)
+        self._succeed(entry, result)
+
+    def _next_chunk(self, entry: _Running) -> None:
+        assert entry.stream is not None
+        job = entry.job
+        try:
+            chunk = next(entry.stream)
+        except StopIteration:
+            self._finish_speech(entry)
+            return
+        except InvalidRequestError as exc:
+            self._fail(entry, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - one request fails, the server keeps serving
+            self._log_failure(job, exc)
+            self._fail(entry, RequestFailedError(describe_failure(exc)))
+            return
+        if entry.first_chunk_s is None and job.started_at is not None:
+            entry.first_chunk_s = time.monotonic() - job.started_at
+        entry.chunks.append(chunk)
+        if job.on_chunk is not None:
+            try:
+                job.on_chunk(chunk)
+            except Exception:
+                log.exception("request %s: chunk sink failed", job.id)
+
+    def _finish_speech(self, entry: _Running) -> None:
+        import numpy as np
+
+        job = entry.job
+        if not entry.chunks:
+            self._fail(entry, InvalidRequestError("the model produced no audio", param="input"))
+            return
+        audio = np.concatenate([c.samples for c in entry.chunks]).astype(np.float32)
+        rate = entry.chunks[0].sample_rate
+        total = time.monotonic() - (job.started_at or job.submitted_at)
+        result = GenerationResult(
+            audio=audio,
+            sample_rate=rate,
+            timings={
+                "time_to_first_audio_s": entry.first_chunk_s or 0.0,
+                "generate_s": total,
+                "real_time_factor": total / max(len(audio) / rate, 1e-9),
+            },
+        )
+        self._succeed(entry, result)
+
+    # -- completion ----------------------------------------------------------------------------
+
+    def _remove(self, entry: _Running) -> None:
+        with self._cond:
+            if entry in self._running:
+                self._running.remove(entry)
+        if entry.stream is not None:
+            close = getattr(entry.stream, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # pragma: no cover - a generator that fails to close
+                    log.exception("request %s: closing the stream failed", entry.job.id)
+        entry.state = None  # free latents now, not when the client reads the result
+
+    def _succeed(self, entry: _Running, result: GenerationResult) -> None:
+        job = entry.job
+        self._remove(entry)
+        now = time.monotonic()
+        result.timings.setdefault("queue_s", (job.started_at or now) - job.submitted_at)
+        result.timings["total_s"] = now - job.submitted_at
+        service = now - (job.started_at or job.submitted_at)
+        self._mean_service_s = 0.8 * self._mean_service_s + 0.2 * service
+        if self._platform is not None:
+            try:
+                peak = self._platform.memory_stats(self._device).get("peak_allocated_bytes")
+            except Exception:  # noqa: BLE001  # pragma: no cover - a platform without stats
+                peak = None
+            if peak is not None:
+                result.peak_memory_bytes = peak
+                self.observer.peak_memory(self.name, peak)
+        log.info("request %s completed in %.3f s", job.id, result.timings["total_s"])
+        if not job.future.done():
+            job.future.set_result(result)
+
+    def _fail(self, entry: _Running, exc: BaseException) -> None:
+        self._remove(entry)
+        self._finish_error(entry.job, exc)
+
+    def _finish_error(self, job: Job, exc: BaseException) -> None:
+        log.info("request %s ended: %s", job.id, exc)
+        if not job.future.done():
+            if not job.future.running():
+                job.future.set_running_or_notify_cancel()
+            job.future.set_exception(exc)
+
+    def _log_failure(self, job: Job, exc: BaseException) -> None:
+        log.error(
+            "request %s failed on %s: %s\n%s",
+            job.id,
+            self.name,
+            describe_failure(exc),
+            "".join(traceback.format_exception(exc)),
+        )
+
+
+def warmup_request(pipeline: Pipeline) -> GenerationRequest:
+    """The smallest request that exercises a pipeline end to end (one step, default size)."""
+    if isinstance(pipeline, SpeechPipeline):
+        request = GenerationRequest(prompt="Hello.", request_id="warmup")
+    else:
+        request = GenerationRequest(prompt="warm-up", num_inference_steps=1, request_id="warmup")
+    return pipeline.validate(request)
+
+
+def run_direct(pipeline: Pipeline, request: GenerationRequest) -> GenerationResult:
+    """Run one request without the engine (what the server's overhead is measured against)."""
+    from omni_core.pipelines.runtime import run_to_completion
+
+    if isinstance(pipeline, SpeechPipeline):
+        from omni_core.api import _collect_speech
+
+        return _collect_speech(pipeline, request)
+    assert isinstance(pipeline, StagedPipeline)
+    (result,) = run_to_completion(pipeline, [request])
+    return result
+
+
+__all__ = [
+    "Engine",
+    "EngineError",
+    "EngineStoppedError",
+    "Job",
+    "QueueFullError",
+    "RequestCancelledError",
+    "RequestFailedError",
+    "RequestTimeoutError",
+    "describe_failure",
+    "run_direct",
+    "warmup_request",
+]

@@ -1,0 +1,201 @@
+"""Encoders and decoders at the HTTP edge: images in and out, MP4, audio formats, safe URL fetch."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from omni_core.serving.errors import APIError, invalid
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    from PIL import Image
+
+#: Largest decoded image accepted (pixels): guards against decompression bombs.
+MAX_IMAGE_PIXELS = 64 * 1024 * 1024
+
+AUDIO_MEDIA_TYPES = {
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",
+    "flac": "audio/flac",
+    "mp3": "audio/mpeg",
+}
+
+IMAGE_FORMATS = {"png": ("PNG", "image/png"), "jpeg": ("JPEG", "image/jpeg"),
+                 "webp": ("WEBP", "image/webp")}
+
+
+def decode_image(data: bytes, param: str = "image") -> Image.Image:
+    """Bytes of an uploaded image -> RGB PIL image, or a 400 naming ``param``."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not data:
+        raise invalid(f"{param}: the uploaded file is empty", param, code="invalid_image")
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            width, height = img.size
+            if width * height > MAX_IMAGE_PIXELS:
+                raise invalid(f"{param}: image of {width}x{height} pixels is too large", param,
+                              code="image_too_large")
+            img.load()
+            return img.convert("RGB")
+    except APIError:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        raise invalid(f"{param}: the file is not a readable image (png, jpeg or webp)", param,
+                      code="invalid_image") from None
+
+
+def encode_image(image: Image.Image, fmt: str = "png") -> bytes:
+    pil_format, _ = IMAGE_FORMATS[fmt]
+    buf = io.BytesIO()
+    image.save(buf, format=pil_format)
+    return buf.getvalue()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def encode_mp4(frames: np.ndarray, fps: int, path: Path) -> None:
+    """uint8 frames [T, H, W, 3] -> H.264 MP4 at ``path`` (odd sizes are padded to even)."""
+    import av
+    import numpy as np
+
+    frames = np.asarray(frames)
+    if frames.dtype != np.uint8:
+        frames = (np.clip(frames, 0.0, 1.0) * 255).round().astype(np.uint8)
+    t, h, w = frames.shape[:3]
+    pad_h, pad_w = h % 2, w % 2
+    if pad_h or pad_w:
+        frames = np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge")
+    tmp = path.with_suffix(".part")
+    with av.open(str(tmp), mode="w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=int(fps or 16))
+        stream.width, stream.height = w + pad_w, h + pad_h
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"crf": "18", "preset": "veryfast"}
+        for i in range(t):
+            frame = av.VideoFrame.from_ndarray(frames[i], format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    tmp.replace(path)
+
+
+def pcm16(samples: np.ndarray) -> bytes:
+    """float32 [-1, 1] -> little-endian signed 16-bit PCM bytes."""
+    import numpy as np
+
+    clipped = np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0)
+    return (clipped * 32767.0).round().astype("<i2").tobytes()
+
+
+def encode_audio(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
+    """Mono float32 audio -> wav | pcm (s16le) | flac | mp3 bytes."""
+    if fmt == "pcm":
+        return pcm16(samples)
+    import numpy as np
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    data = np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0)
+    if fmt == "wav":
+        sf.write(buf, data, sample_rate, format="WAV", subtype="PCM_16")
+    elif fmt == "flac":
+        sf.write(buf, data, sample_rate, format="FLAC", subtype="PCM_16")
+    elif fmt == "mp3":
+        rate = sample_rate if sample_rate in (8000, 11025, 12000, 16000, 22050, 24000, 32000,
+                                              44100, 48000) else 24000
+        if rate != sample_rate:
+            data = _resample(data, sample_rate, rate)
+        sf.write(buf, data, rate, format="MP3", subtype="MPEG_LAYER_III")
+    else:  # pragma: no cover - validated by the schema
+        raise invalid(f"unsupported response_format {fmt!r}", "response_format")
+    return buf.getvalue()
+
+
+def _resample(data: np.ndarray, src: int, dst: int) -> np.ndarray:
+    import numpy as np
+
+    n = max(1, round(len(data) * dst / src))
+    return np.interp(np.linspace(0, len(data) - 1, n), np.arange(len(data)), data).astype(
+        np.float32)
+
+
+def wav_stream_header(sample_rate: int) -> bytes:
+    """A WAV header of unknown length (0xFFFFFFFF sizes) for streamed 16-bit mono PCM."""
+    import struct
+
+    byte_rate = sample_rate * 2
+    return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, byte_rate, 2, 16)
+            + b"data" + struct.pack("<I", 0xFFFFFFFF))
+
+
+def parse_data_url(value: str, param: str) -> bytes:
+    header, _, payload = value.partition(",")
+    if not header.startswith("data:") or ";base64" not in header:
+        raise invalid(f"{param}: expected a base64 data URL", param, code="invalid_image")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid(f"{param}: invalid base64 data", param, code="invalid_image") from None
+
+
+async def fetch_url(
+    url: str, *, param: str, allowed_hosts: frozenset[str], max_bytes: int
+) -> bytes:
+    """Fetch an image URL only if its host is allow-listed; size-bounded, no redirects."""
+    if url.startswith("data:"):
+        data = parse_data_url(url, param)
+        if len(data) > max_bytes:
+            raise APIError(413, f"{param}: image larger than {max_bytes} bytes", param=param,
+                           code="file_too_large")
+        return data
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise invalid(f"{param}: expected an http(s) URL, a data URL or a file upload", param,
+                      code="invalid_url")
+    if parts.hostname.lower() not in allowed_hosts:
+        raise invalid(
+            f"{param}: fetching URLs from {parts.hostname!r} is disabled on this server (start it "
+            "with --allowed-url-hosts to allow a host); upload the file instead",
+            param, code="url_fetch_disabled")
+    import httpx
+
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with httpx.AsyncClient(timeout=10.0, follow_redirects=False) as client, \
+                client.stream("GET", url) as response:
+            if response.status_code != 200:
+                raise invalid(f"{param}: fetching the URL returned HTTP {response.status_code}",
+                              param, code="url_fetch_failed")
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > max_bytes:
+                    raise APIError(413, f"{param}: image larger than {max_bytes} bytes",
+                                   param=param, code="file_too_large")
+                chunks.append(chunk)
+    except httpx.HTTPError as exc:
+        raise invalid(f"{param}: fetching the URL failed: {exc}", param,
+                      code="url_fetch_failed") from None
+    return b"".join(chunks)
+
+
+def frames_of(result: Any) -> tuple[np.ndarray, int]:
+    """Video frames and fps of a result (images stacked if a pipeline returned frames as images)."""
+    import numpy as np
+
+    if result.video is not None:
+        return np.asarray(result.video), int(result.fps or 16)
+    if result.images:
+        frames = np.stack([np.asarray(im.convert("RGB")) for im in result.images])
+        return frames, int(result.fps or 16)
+    raise ValueError("the pipeline returned no video frames")

@@ -1,0 +1,180 @@
+"""Video jobs on disk: SQLite for the job records, plain files for inputs and outputs.
+
+Why: a video takes minutes; a restart must not lose what finished, and a job that was running when
+the process died must come back as ``failed`` with the reason rather than vanish. Queued jobs that
+never started are kept and run again after a restart (their request and input image are stored).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    status TEXT NOT NULL,
+    progress INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL,
+    completed_at INTEGER,
+    error TEXT,
+    prompt TEXT,
+    size TEXT,
+    seconds TEXT,
+    request TEXT NOT NULL,
+    input_path TEXT,
+    output_path TEXT
+)
+"""
+
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+@dataclass
+class JobRecord:
+    """One video job as stored; :meth:`as_api` is the OpenAI ``video`` object."""
+
+    id: str
+    model: str
+    status: str
+    progress: int
+    created_at: int
+    completed_at: int | None
+    error: dict[str, Any] | None
+    prompt: str | None
+    size: str | None
+    seconds: str | None
+    request: dict[str, Any]
+    input_path: str | None
+    output_path: str | None
+
+    def as_api(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "video",
+            "model": self.model,
+            "status": self.status,
+            "progress": self.progress,
+            "created_at": self.created_at,
+            "completed_at": self.completed_at,
+            "expires_at": None,
+            "error": self.error,
+            "prompt": self.prompt,
+            "size": self.size or "",
+            "seconds": self.seconds or "",
+            "remixed_from_video_id": None,
+        }
+
+
+class JobStore:
+    """Thread-safe job table in ``<state_dir>/jobs.sqlite3``; files in ``videos/``, ``inputs/``."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.root = Path(state_dir)
+        self.videos = self.root / "videos"
+        self.inputs = self.root / "inputs"
+        self.images = self.root / "images"
+        for folder in (self.root, self.videos, self.inputs, self.images):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.root / "jobs.sqlite3", check_same_thread=False,
+                                   isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def recover(self) -> tuple[list[JobRecord], list[JobRecord]]:
+        """After a restart: fail jobs that were running, return (failed now, still queued)."""
+        now = int(time.time())
+        with self._lock:
+            rows = self._db.execute("SELECT id FROM jobs WHERE status = 'in_progress'").fetchall()
+            error = json.dumps({
+                "code": "server_restarted",
+                "message": "the server stopped while this job was running (process exited or "
+                "was killed); submit it again",
+            })
+            self._db.execute(
+                "UPDATE jobs SET status = 'failed', error = ?, completed_at = ? "
+                "WHERE status = 'in_progress'", (error, now))
+        failed = [r for r in (self.get(i) for (i,) in rows) if r is not None]
+        return failed, self.list(status="queued", order="asc")
+
+    def create(self, *, job_id: str, model: str, prompt: str, size: str | None,
+               seconds: str | None, request: dict[str, Any], input_path: str | None) -> JobRecord:
+        now = int(time.time())
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO jobs (id, model, status, progress, created_at, prompt, size, seconds,"
+                " request, input_path) VALUES (?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?)",
+                (job_id, model, now, prompt, size, seconds, json.dumps(request), input_path))
+        record = self.get(job_id)
+        assert record is not None
+        return record
+
+    def update(self, job_id: str, **fields: Any) -> None:
+        if not fields:
+            return
+        if "error" in fields and fields["error"] is not None:
+            fields["error"] = json.dumps(fields["error"])
+        columns = ", ".join(f"{k} = ?" for k in fields)
+        with self._lock:
+            self._db.execute(f"UPDATE jobs SET {columns} WHERE id = ?",
+                             (*fields.values(), job_id))
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return _record(row) if row else None
+
+    def list(self, *, status: str | None = None, order: str = "desc", limit: int = 100,
+             after: str | None = None) -> list[JobRecord]:
+        direction = "ASC" if order == "asc" else "DESC"
+        query = "SELECT * FROM jobs"
+        args: list[Any] = []
+        clauses = []
+        if status is not None:
+            clauses.append("status = ?")
+            args.append(status)
+        if after is not None:
+            anchor = self.get(after)
+            if anchor is not None:
+                op = ">" if direction == "ASC" else "<"
+                clauses.append(f"(created_at, id) {op} (?, ?)")
+                args.extend([anchor.created_at, anchor.id])
+        if clauses:
+            query += " WHERE " + " AND ".join(clauses)
+        query += f" ORDER BY created_at {direction}, id {direction} LIMIT ?"
+        args.append(limit)
+        with self._lock:
+            rows = self._db.execute(query, args).fetchall()
+        return [_record(r) for r in rows]
+
+    def delete(self, job_id: str) -> None:
+        record = self.get(job_id)
+        with self._lock:
+            self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+        if record is not None:
+            for path in (record.output_path, record.input_path):
+                if path:
+                    Path(path).unlink(missing_ok=True)
+
+
+def _record(row: tuple[Any, ...]) -> JobRecord:
+    (job_id, model, status, progress, created_at, completed_at, error, prompt, size, seconds,
+     request, input_path, output_path) = row
+    return JobRecord(
+        id=job_id, model=model, status=status, progress=int(progress), created_at=int(created_at),
+        completed_at=completed_at, error=json.loads(error) if error else None, prompt=prompt,
+        size=size, seconds=seconds, request=json.loads(request), input_path=input_path,
+        output_path=output_path,
+    )

@@ -1,0 +1,118 @@
+"""Request bodies of the OpenAI-compatible endpoints.
+
+Unknown fields are allowed at this layer on purpose: they are the pipeline's extras and are
+validated by its own extras model (``pipeline.extras_model``), so a typo still gets a 400 that
+names the field. Limits here are the server's; the pipeline adds its own (sizes, frame counts).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+_SIZE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
+
+
+def parse_size(size: str | None, param: str = "size") -> tuple[int | None, int | None]:
+    """``"WxH"`` -> (width, height); ``None`` or ``"auto"`` -> the pipeline's default."""
+    from omni_core.serving.errors import invalid
+
+    if size is None or size == "auto":
+        return None, None
+    match = _SIZE.match(size.strip().lower())
+    if not match:
+        raise invalid(f"{param}: expected 'WIDTHxHEIGHT' (e.g. '1024x1024'), got {size!r}", param)
+    width, height = int(match.group(1)), int(match.group(2))
+    if not (0 < width <= 8192 and 0 < height <= 8192):
+        raise invalid(f"{param}: width and height must be between 1 and 8192", param)
+    return width, height
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow", str_max_length=100_000)
+
+    model: str | None = Field(None, description="Model id (/v1/models); optional with one model.")
+
+    def extras(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class _DiffusionFields(_Body):
+    prompt: str = Field(min_length=1, max_length=32_000)
+    negative_prompt: str | None = Field(None, max_length=32_000)
+    size: str | None = Field(None, description='"WIDTHxHEIGHT" or "auto".', max_length=16)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    num_inference_steps: int | None = Field(None, ge=1, le=1000)
+    guidance_scale: float | None = Field(None, ge=0.0, le=100.0)
+
+    @field_validator("prompt")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the prompt is empty")
+        return value
+
+
+class ImageGenerationBody(_DiffusionFields):
+    """POST /v1/images/generations."""
+
+    n: int = Field(1, ge=1, le=10)
+    response_format: Literal["b64_json", "url"] = "b64_json"
+    output_format: Literal["png", "jpeg", "webp"] = "png"
+    quality: str | None = Field(None, description="Accepted for compatibility; ignored.")
+    style: str | None = Field(None, description="Accepted for compatibility; ignored.")
+    background: str | None = Field(None, description="Accepted for compatibility; ignored.")
+    moderation: str | None = Field(None, description="Accepted for compatibility; ignored.")
+    user: str | None = Field(None, description="Accepted for compatibility; ignored.")
+
+
+class ImageEditBody(ImageGenerationBody):
+    """POST /v1/images/edits (multipart; the images come as ``image`` file parts)."""
+
+    input_fidelity: str | None = Field(None, description="Accepted for compatibility; ignored.")
+
+
+class VideoBody(_DiffusionFields):
+    """POST /v1/videos (JSON, or multipart with an ``input_reference`` image)."""
+
+    seconds: str | None = Field(
+        None, max_length=8, description="Clip length; becomes num_frames = seconds * fps + 1.")
+    num_frames: int | None = Field(None, ge=1, le=1024)
+    input_reference: str | dict[str, Any] | None = Field(
+        None, description="JSON only: an image URL / data URL, or {'image_url': ...}.")
+
+    @field_validator("seconds", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any) -> Any:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+
+class SpeechBody(_Body):
+    """POST /v1/audio/speech."""
+
+    input: str = Field(min_length=1, max_length=4096)
+    voice: str | dict[str, Any] | None = None
+    response_format: Literal["wav", "pcm", "flac", "mp3"] = "mp3"
+    speed: float = Field(1.0, ge=0.25, le=4.0)
+    stream: bool = False
+    stream_format: Literal["sse", "audio"] | None = None
+    instructions: str | None = Field(None, max_length=4096,
+                                     description="Accepted for compatibility; ignored.")
+    seed: int | None = Field(None, ge=0, lt=2**63)
+
+    @field_validator("input")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the input text is empty")
+        return value
+
+    def voice_id(self) -> str | None:
+        if isinstance(self.voice, dict):
+            value = self.voice.get("id")
+            return str(value) if value is not None else None
+        return self.voice
