@@ -819,77 +819,74 @@ def _speech_routes(router: APIRouter, state: ServerState) -> None:
             return Response(data, media_type=media.AUDIO_MEDIA_TYPES[body.response_format],
                             headers={"x-omni-sample-rate": str(result.sample_rate)})
         sse = body.stream_format == "sse"
-        if not sse and body.response_format not in ("pcm", "wav"):
-            raise invalid("response_format: streamed audio is pcm or wav (use stream_format "
-                          "'sse' for events)", "response_format")
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         job = Job(gen, on_chunk=lambda chunk: loop.call_soon_threadsafe(queue.put_nowait, chunk))
         job.future.add_done_callback(lambda fut: loop.call_soon_threadsafe(queue.put_nowait, fut))
         state.submit(served, job)
+        engine = served.engine
+        assert engine is not None
         try:
             first = await queue.get()
         except asyncio.CancelledError:
-            served.engine.cancel(job, "the client disconnected")  # type: ignore[union-attr]
+            engine.cancel(job, "the client disconnected")
             raise
         if not hasattr(first, "samples"):  # the future finished before any audio
             exc = first.exception()
             if exc is not None:
                 raise from_exception(exc)
         rate = first.sample_rate if hasattr(first, "samples") else first.result().sample_rate
+        # SSE carries base64 PCM deltas (OpenAI's speech.audio.delta); a raw stream is encoded.
+        encoder, _ = media.stream_encoder("pcm" if sse else body.response_format, rate)
 
-        async def pcm_stream() -> AsyncIterator[bytes]:
+        async def chunks() -> AsyncIterator[Any]:
             item: Any = first
             try:
-                if body.response_format == "wav":
-                    yield media.wav_stream_header(rate)
-                while True:
-                    if hasattr(item, "samples"):
-                        yield media.pcm16(item.samples)
-                    else:
-                        if item.exception() is not None:
-                            log.error("request %s failed mid-stream: %s", gen.request_id,
-                                      item.exception())
-                        return
+                while hasattr(item, "samples"):
+                    yield item
                     item = await queue.get()
+                yield item  # the finished future
             finally:
                 if not job.future.done():
-                    served.engine.cancel(job, "the client disconnected")  # type: ignore[union-attr]
+                    engine.cancel(job, "the client disconnected")
+
+        async def audio_stream() -> AsyncIterator[bytes]:
+            async for item in chunks():
+                if hasattr(item, "samples"):
+                    data = encoder.encode(item.samples)
+                    if data:
+                        yield data
+                elif item.exception() is not None:
+                    log.error("request %s failed mid-stream: %s", gen.request_id,
+                              item.exception())
+                    return
+                else:
+                    tail = encoder.close()
+                    if tail:
+                        yield tail
 
         async def sse_stream() -> AsyncIterator[bytes]:
-            item: Any = first
             samples = 0
-            try:
-                while True:
-                    if hasattr(item, "samples"):
-                        samples += len(item.samples)
-                        event = {"type": "speech.audio.delta",
-                                 "audio": base64.b64encode(media.pcm16(item.samples)).decode()}
-                    else:
-                        exc = item.exception()
-                        if exc is not None:
-                            event = {"type": "error", "error": from_exception(exc).body()["error"]}
-                        else:
-                            event = {"type": "speech.audio.done", "sample_rate": rate,
-                                     "audio_seconds": samples / rate,
-                                     "usage": {"input_tokens": len(body.input),
-                                               "output_tokens": 0,
-                                               "total_tokens": len(body.input)}}
-                        yield f"data: {json.dumps(event)}\n\n".encode()
-                        return
-                    yield f"data: {json.dumps(event)}\n\n".encode()
-                    item = await queue.get()
-            finally:
-                if not job.future.done():
-                    served.engine.cancel(job, "the client disconnected")  # type: ignore[union-attr]
+            async for item in chunks():
+                if hasattr(item, "samples"):
+                    samples += len(item.samples)
+                    event = {"type": "speech.audio.delta",
+                             "audio": base64.b64encode(encoder.encode(item.samples)).decode()}
+                elif item.exception() is not None:
+                    event = {"type": "error",
+                             "error": from_exception(item.exception()).body()["error"]}
+                else:
+                    event = {"type": "speech.audio.done", "sample_rate": rate,
+                             "audio_seconds": samples / rate,
+                             "usage": {"input_tokens": len(body.input), "output_tokens": 0,
+                                       "total_tokens": len(body.input)}}
+                yield f"data: {json.dumps(event)}\n\n".encode()
 
         headers = {"x-omni-sample-rate": str(rate), "Cache-Control": "no-cache"}
         if sse:
             return StreamingResponse(sse_stream(), media_type="text/event-stream",
                                      headers=headers)
-        return StreamingResponse(pcm_stream(),
-                                 media_type=media.AUDIO_MEDIA_TYPES[body.response_format],
-                                 headers=headers)
+        return StreamingResponse(audio_stream(), media_type=encoder.media_type, headers=headers)
 
     @router.get("/audio/voices", summary="Voices of the served speech models")
     async def voices(model: str | None = Query(None, max_length=500)) -> dict[str, Any]:

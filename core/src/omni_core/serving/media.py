@@ -88,54 +88,23 @@ def encode_mp4(frames: np.ndarray, fps: int, path: Path) -> None:
     tmp.replace(path)
 
 
-def pcm16(samples: np.ndarray) -> bytes:
-    """float32 [-1, 1] -> little-endian signed 16-bit PCM bytes."""
-    import numpy as np
-
-    clipped = np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0)
-    return (clipped * 32767.0).round().astype("<i2").tobytes()
-
-
 def encode_audio(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
-    """Mono float32 audio -> wav | pcm (s16le) | flac | mp3 bytes."""
-    if fmt == "pcm":
-        return pcm16(samples)
-    import numpy as np
-    import soundfile as sf
+    """Mono float32 audio -> wav | pcm (s16le) | flac | mp3 bytes (omni_core.audio encoders).
 
-    buf = io.BytesIO()
-    data = np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0)
-    if fmt == "wav":
-        sf.write(buf, data, sample_rate, format="WAV", subtype="PCM_16")
-    elif fmt == "flac":
-        sf.write(buf, data, sample_rate, format="FLAC", subtype="PCM_16")
-    elif fmt == "mp3":
-        rate = sample_rate if sample_rate in (8000, 11025, 12000, 16000, 22050, 24000, 32000,
-                                              44100, 48000) else 24000
-        if rate != sample_rate:
-            data = _resample(data, sample_rate, rate)
-        sf.write(buf, data, rate, format="MP3", subtype="MPEG_LAYER_III")
-    else:  # pragma: no cover - validated by the schema
-        raise invalid(f"unsupported response_format {fmt!r}", "response_format")
-    return buf.getvalue()
+    mp3 exists only at some rates: other rates are resampled to 24 kHz for mp3.
+    """
+    from omni_core import audio
+
+    if fmt == "mp3" and sample_rate not in audio.MP3_SAMPLE_RATES:
+        samples, sample_rate = audio.resample(samples, sample_rate, 24000), 24000
+    return audio.encode_audio(samples, sample_rate, fmt)
 
 
-def _resample(data: np.ndarray, src: int, dst: int) -> np.ndarray:
-    import numpy as np
+def stream_encoder(fmt: str, sample_rate: int) -> tuple[Any, int]:
+    """An incremental encoder for a streamed response, and the rate it encodes at."""
+    from omni_core import audio
 
-    n = max(1, round(len(data) * dst / src))
-    return np.interp(np.linspace(0, len(data) - 1, n), np.arange(len(data)), data).astype(
-        np.float32)
-
-
-def wav_stream_header(sample_rate: int) -> bytes:
-    """A WAV header of unknown length (0xFFFFFFFF sizes) for streamed 16-bit mono PCM."""
-    import struct
-
-    byte_rate = sample_rate * 2
-    return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVEfmt "
-            + struct.pack("<IHHIIHH", 16, 1, 1, sample_rate, byte_rate, 2, 16)
-            + b"data" + struct.pack("<I", 0xFFFFFFFF))
+    return audio.StreamEncoder(fmt, sample_rate), sample_rate
 
 
 def parse_data_url(value: str, param: str) -> bytes:
