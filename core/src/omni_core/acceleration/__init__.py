@@ -1,0 +1,236 @@
+"""Acceleration applied to a loaded pipeline's components: quantization, compilation, step cache.
+
+Pipelines call :func:`apply_acceleration` once in ``from_pretrained``, after the components are on
+their device, with the modules that may be accelerated::
+
+    self.accel = apply_acceleration(
+        {"transformer": self.transformer, "transformer_2": self.transformer_2}, options,
+        pipeline_cls=type(self),
+    )
+
+and, per denoiser call in ``step``, ``with self.accel.cache_context("transformer", name):`` where
+``name`` identifies the request and CFG branch (``f"{request_id}:cond"``); when a request finishes,
+``self.accel.finish(names)`` returns its cache hits (put them in ``GenerationResult.info``).
+
+Order matters and is fixed here: fuse QKV (so the fused projection gets quantized), quantize (so
+the compiled graph sees quantized weights), compile the repeated blocks (so the cache hooks wrap
+compiled blocks and are not traced into them), then install the step cache.
+
+``options.extra`` keys understood here: ``compile`` (bool, default True on CUDA, False on CPU),
+``compile_mode`` (torch.compile mode), ``compile_backend`` (default inductor),
+``compile_dynamic`` (bool|None, default False), ``fuse_qkv`` (bool, default True where the
+model's adapter allows it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from omni_core.acceleration.cache import (
+    CacheAdapter,
+    CacheHandle,
+    CacheStats,
+    apply_cache,
+    register_cache_adapter,
+    resolve_adapter,
+)
+from omni_core.acceleration.compile import CompileReport, compile_repeated_blocks, fuse_qkv
+from omni_core.acceleration.quantization import QuantReport, quantize_components
+from omni_core.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from omni_core.pipelines.base import PipelineOptions
+
+__all__ = [
+    "AccelerationReport",
+    "CacheAdapter",
+    "CacheHandle",
+    "CacheStats",
+    "apply_acceleration",
+    "register_cache_adapter",
+    "resolve_adapter",
+]
+
+#: The component that gets the step cache and, by default, quantization and compilation.
+DENOISERS: tuple[str, ...] = ("transformer", "transformer_2", "unet")
+
+
+@dataclass
+class AccelerationReport:
+    """What :func:`apply_acceleration` applied, live (compile times fill in on first calls)."""
+
+    order: list[str] = field(default_factory=list)
+    attention: dict[str, str] = field(default_factory=dict)
+    fused_qkv: dict[str, int] = field(default_factory=dict)
+    quantization: list[QuantReport] = field(default_factory=list)
+    compile: list[CompileReport] = field(default_factory=list)
+    caches: dict[str, CacheHandle] = field(default_factory=dict)
+    setup_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def cache_context(self, component: str, name: str) -> Iterator[None]:
+        """Wrap one denoiser call of ``component`` for request-branch ``name`` (no-op: no cache)."""
+        handle = self.caches.get(component)
+        if handle is None:
+            yield
+            return
+        with handle.context(name):
+            yield
+
+    def finish(self, names: Iterable[str]) -> dict[str, Any]:
+        """A request ended: its cache hits per cached component (and drop its cached tensors)."""
+        names = list(names)
+        out: dict[str, Any] = {}
+        for component, handle in self.caches.items():
+            stats = handle.finish(names)
+            out[component] = {"backend": handle.backend, **stats.as_dict()}
+        return out
+
+    def cache_stats(self) -> dict[str, dict[str, Any]]:
+        return {c: {"backend": h.backend, **h.stats().as_dict()} for c, h in self.caches.items()}
+
+    @property
+    def lossy(self) -> bool:
+        return any(h.lossy for h in self.caches.values()) or bool(self.quantization)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "order": list(self.order),
+            "attention": dict(self.attention),
+            "fused_qkv": dict(self.fused_qkv),
+            "quantization": [q.as_dict() for q in self.quantization],
+            "compile": [c.as_dict() for c in self.compile],
+            "cache": {
+                c: {"backend": h.backend, "options": h.options, "lossy": h.lossy}
+                for c, h in self.caches.items()
+            },
+            "lossy": self.lossy,
+            "setup_s": round(self.setup_s, 3),
+            "notes": list(self.notes),
+        }
+
+
+def _flag(extra: dict[str, Any], key: str, default: Any) -> Any:
+    value = extra.get(key, default)
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in {"1", "true", "yes", "on"}:
+            return True
+        if low in {"0", "false", "no", "off"}:
+            return False
+        if low in {"none", "auto"}:
+            return None
+    return value
+
+
+def apply_acceleration(
+    components: dict[str, torch.nn.Module | None],
+    options: PipelineOptions,
+    *,
+    pipeline_cls: Any = None,
+    registry: Any = None,
+) -> AccelerationReport:
+    """Apply fused QKV, quantization, regional compile and the step cache, in that order.
+
+    ``components`` maps component names to modules (``None`` entries are ignored, e.g. a missing
+    ``transformer_2``). Only denoisers (``transformer``, ``transformer_2``, ``unet``) get
+    compilation and the cache; quantization goes to ``options.quantization.components``
+    (default ``("transformer",)``; ``transformer_2`` follows ``transformer`` when present).
+    Raises ConfigError before touching anything when a setting cannot be honoured.
+    """
+    t0 = time.perf_counter()
+    if registry is None:
+        from omni_core.plugins import get_registry
+
+        registry = get_registry()
+    report = AccelerationReport()
+    present = {k: v for k, v in components.items() if v is not None}
+    denoisers = [k for k in present if k in DENOISERS]
+    extra = dict(options.extra or {})
+    capabilities = getattr(getattr(pipeline_cls, "spec", None), "capabilities", None)
+    if options.attention is not None:
+        report.attention = dict(options.attention.names)
+
+    # Validate everything first: errors before compute, and before any module is changed.
+    cache_cfg = options.cache
+    if cache_cfg.backend:
+        if cache_cfg.backend not in registry.cache_backends:
+            known = ", ".join(sorted(registry.cache_backends)) or "none"
+            raise ConfigError(
+                f"cache.backend: unknown cache backend {cache_cfg.backend!r}; known: {known}"
+            )
+        if not denoisers:
+            raise ConfigError("cache.backend: this pipeline has no denoiser to cache")
+    quant = options.quantization
+    quant_targets: tuple[str, ...] = ()
+    if quant.method:
+        quant_targets = tuple(quant.components)
+        if quant_targets == ("transformer",) and "transformer_2" in present:
+            quant_targets = ("transformer", "transformer_2")
+        if quant.method not in registry.quantizers:
+            known = ", ".join(sorted(registry.quantizers)) or "none"
+            raise ConfigError(
+                f"quantization.method: unknown quantizer {quant.method!r}; known: {known}"
+            )
+    adapters = {name: resolve_adapter(present[name], pipeline_cls) for name in denoisers}
+
+    device_type = getattr(options.device, "type", str(options.device))
+    if _flag(extra, "fuse_qkv", True):
+        for name in denoisers:
+            if adapters[name].fuse_qkv:
+                report.fused_qkv[name] = fuse_qkv(present[name])
+        if report.fused_qkv:
+            report.order.append("fuse_qkv")
+
+    if quant.method:
+        report.quantization = quantize_components(
+            present,
+            quant.method,
+            quant_targets,
+            block_lists={n: a.blocks for n, a in adapters.items()},
+            registry=registry,
+            device_type=device_type,
+        )
+        report.order.append(f"quantize:{quant.method}")
+
+    if _flag(extra, "compile", device_type == "cuda"):
+        mode = extra.get("compile_mode") or None
+        dynamic = _flag(extra, "compile_dynamic", False)
+        for name in denoisers:
+            report.compile.append(
+                compile_repeated_blocks(
+                    present[name],
+                    name,
+                    mode=mode,
+                    dynamic=dynamic,
+                    backend=extra.get("compile_backend") or "inductor",
+                )
+            )
+        report.order.append("compile")
+
+    if cache_cfg.backend:
+        allowed = tuple(getattr(capabilities, "cache_backends", ()) or ())
+        for name in denoisers:
+            handle = apply_cache(
+                present[name],
+                cache_cfg,
+                pipeline_cls=pipeline_cls,
+                registry=registry,
+                allowed=allowed,
+            )
+            if handle is not None:
+                report.caches[name] = handle
+        report.order.append(f"cache:{cache_cfg.backend}")
+        if any(h.lossy for h in report.caches.values()):
+            report.notes.append(
+                "lossy step cache: compare with the uncached run (omni_core.acceleration.quality)"
+            )
+    report.setup_s = time.perf_counter() - t0
+    return report

@@ -1,0 +1,172 @@
+"""Regional compilation: ``torch.compile`` each repeated transformer block, not the whole model.
+
+Compiling one block class is cheap (all blocks share the compiled code: Dynamo caches by code
+object, so block 2..N reuse block 1's graph) and it leaves the Python glue (embeddings, cache
+hooks, schedulers) eager. We compile the block's ``forward`` *function*, so step-cache hooks
+installed afterwards wrap compiled blocks instead of being traced into them.
+
+Shapes: ``dynamic=False`` by default, i.e. a size bucket is one exact input shape (batch incl.
+CFG, frames, height, width); a new bucket compiles once, a repeated one never recompiles. The
+report gives the compile time per bucket (the first call's wall time minus nothing: it *is* the
+compile plus one run) and Dynamo's recompile count.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from omni_core.acceleration.cache import BLOCK_LIST_NAMES
+
+
+@dataclass
+class CompileReport:
+    """What was compiled and what compiling cost so far."""
+
+    component: str
+    blocks: int = 0
+    block_class: str = ""
+    mode: str | None = None
+    dynamic: bool | None = False
+    buckets: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def compile_s(self) -> float:
+        return sum(self.buckets.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "component": self.component,
+            "blocks": self.blocks,
+            "block_class": self.block_class,
+            "mode": self.mode,
+            "dynamic": self.dynamic,
+            "buckets": len(self.buckets),
+            "compile_s": round(self.compile_s, 3),
+            "recompiles": recompile_count(),
+        }
+
+
+def recompile_count() -> int:
+    """Dynamo's count of graphs compiled after the first for the same code (0 when unused)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:  # pragma: no cover
+        return 0
+    return int(sum(counters["recompiles"].values())) if "recompiles" in counters else 0
+
+
+def find_repeated_blocks(module: Any) -> list[tuple[str, Any]]:
+    """The blocks to compile: diffusers' ``_repeated_blocks`` classes, else the block lists."""
+    import torch
+
+    names = tuple(getattr(module, "_repeated_blocks", None) or ())
+    if names:
+        found = [(n, m) for n, m in module.named_modules() if type(m).__name__ in names]
+        if found:
+            return found
+    out: list[tuple[str, Any]] = []
+    for list_name, child in module.named_children():
+        if list_name in BLOCK_LIST_NAMES and isinstance(child, torch.nn.ModuleList):
+            out.extend((f"{list_name}.{i}", b) for i, b in enumerate(child))
+    return out
+
+
+def _shape_key(args: tuple, kwargs: dict) -> str:
+    parts = []
+    for value in (*args, *kwargs.values()):
+        shape = getattr(value, "shape", None)
+        if shape is not None:
+            parts.append("x".join(map(str, shape)))
+        elif isinstance(value, tuple | list):
+            parts.extend("x".join(map(str, v.shape)) for v in value if hasattr(v, "shape"))
+    return ",".join(parts)
+
+
+class _TimedForward:
+    """A compiled forward that times the first call of each shape bucket (compile + one run)."""
+
+    def __init__(self, compiled: Callable[..., Any], report: CompileReport, timed: bool) -> None:
+        self.compiled = compiled
+        self.report = report
+        self.timed = timed
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.timed:
+            return self.compiled(*args, **kwargs)
+        key = _shape_key(args, kwargs)
+        if key in self.report.buckets:
+            return self.compiled(*args, **kwargs)
+        t0 = time.perf_counter()
+        out = self.compiled(*args, **kwargs)
+        _synchronize(out)
+        self.report.buckets[key] = time.perf_counter() - t0
+        return out
+
+
+def _synchronize(out: Any) -> None:
+    import torch
+
+    tensor = out[0] if isinstance(out, tuple) else out
+    if isinstance(tensor, torch.Tensor) and tensor.is_cuda:
+        torch.cuda.synchronize(tensor.device)
+
+
+def compile_repeated_blocks(
+    module: Any,
+    component: str = "transformer",
+    *,
+    mode: str | None = None,
+    dynamic: bool | None = False,
+    fullgraph: bool = False,
+    backend: str = "inductor",
+) -> CompileReport:
+    """Compile every repeated block of ``module`` in place; returns a live report."""
+    import torch
+
+    blocks = find_repeated_blocks(module)
+    report = CompileReport(component=component, mode=mode, dynamic=dynamic)
+    if not blocks:
+        return report
+    # Enough cache entries for a few buckets (shapes) per block code object.
+    cfg = torch._dynamo.config
+    limit_name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    setattr(cfg, limit_name, max(getattr(cfg, limit_name), 64))
+    report.blocks = len(blocks)
+    report.block_class = type(blocks[0][1]).__name__
+    for index, (_, block) in enumerate(blocks):
+        original = block.forward
+        compiled = torch.compile(
+            original, mode=mode, dynamic=dynamic, fullgraph=fullgraph, backend=backend
+        )
+        # Only the first block is timed: all blocks share its compiled code.
+        block.forward = _TimedForward(compiled, report, timed=index == 0)
+    return report
+
+
+def fuse_qkv(module: Any) -> int:
+    """Fuse Q/K/V (or K/V) projections of attention modules whose processor supports it.
+
+    diffusers' ``fuse_projections`` keeps the unfused weights; we drop them afterwards so fusing
+    costs no memory (the fused processor path never reads them). Returns the modules fused.
+    """
+    fused = 0
+    for attn in module.modules():
+        fuse = getattr(attn, "fuse_projections", None)
+        if fuse is None or getattr(attn, "fused_projections", False):
+            continue
+        if not hasattr(attn, "to_k") or getattr(attn, "to_k", None) is None:
+            continue
+        fuse()
+        if not getattr(attn, "fused_projections", False):
+            continue
+        fused += 1
+        if hasattr(attn, "to_qkv"):
+            attn.to_q = attn.to_k = attn.to_v = None
+        elif hasattr(attn, "to_kv"):
+            attn.to_k = attn.to_v = None
+        if hasattr(attn, "to_added_kv"):
+            attn.add_k_proj = attn.add_v_proj = None
+    return fused
