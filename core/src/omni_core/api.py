@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from omni_core.pipelines.base import (
     SpeechPipeline,
     StagedPipeline,
 )
+from omni_core.pipelines.runtime import ProgressFn
 
 _SHARED_FIELDS = set(GenerationRequest.model_fields) - {"extras", "request_id"}
 
@@ -35,9 +36,11 @@ def _as_config(value: Any, model: type, field: str) -> Any:
     if isinstance(value, str):
         key = {"AttentionConfig": "backend", "CacheConfig": "backend"}.get(model.__name__, "method")
         value = {key: value}
+    from pydantic import ValidationError
+
     try:
         return model.model_validate(value)
-    except Exception as exc:
+    except ValidationError as exc:
         raise ConfigError(f"{field}: {exc}") from None
 
 
@@ -91,7 +94,9 @@ class Omni:
         self.spec = find_pipeline(registry, self.path, pipeline)
         self.model_id = str(model)
         attention_config = _as_config(attention, AttentionConfig, "attention")
-        parallel = ParallelConfig(cfg_parallel_size=cfg_parallel_size, ulysses_degree=ulysses_degree)
+        parallel = ParallelConfig(
+            cfg_parallel_size=cfg_parallel_size, ulysses_degree=ulysses_degree
+        )
         self.options = PipelineOptions(
             device=torch.device(device) if device else platform.device(0),
             dtype=parse_dtype(dtype, "float32" if platform.device_type == "cpu" else "bfloat16"),
@@ -130,25 +135,64 @@ class Omni:
             raise
         return self.pipeline.validate(request)
 
-    def generate(self, prompt: str | None = None, **kwargs: Any) -> GenerationResult:
-        """Generate one output; see :class:`GenerationRequest` for the shared arguments."""
+    def generate(
+        self,
+        prompt: str | None = None,
+        *,
+        progress: ProgressFn | None = None,
+        should_cancel: Callable[[str], bool] | None = None,
+        **kwargs: Any,
+    ) -> GenerationResult:
+        """Generate one output; see :class:`GenerationRequest` for the shared arguments.
+
+        ``progress(request_id, done, total)`` is called after every denoising step;
+        ``should_cancel(request_id)`` is asked between steps (raise-free cancellation:
+        :class:`~omni_core.pipelines.runtime.Cancelled` is raised out of this call).
+        """
+        request = self.request(prompt, **kwargs)
+        (result,) = self.run([request], progress=progress, should_cancel=should_cancel)
+        return result
+
+    def generate_batch(
+        self,
+        requests: list[dict[str, Any]],
+        *,
+        progress: ProgressFn | None = None,
+        should_cancel: Callable[[str], bool] | None = None,
+    ) -> list[GenerationResult]:
+        """Several requests at once: compatible ones share every denoising step."""
+        built = [self.request(**dict(r)) for r in requests]
+        return self.run(built, progress=progress, should_cancel=should_cancel)
+
+    def run(
+        self,
+        requests: list[GenerationRequest],
+        *,
+        progress: ProgressFn | None = None,
+        should_cancel: Callable[[str], bool] | None = None,
+    ) -> list[GenerationResult]:
+        """Run already validated requests (see :meth:`request`) with timings and peak memory."""
         from omni_core.pipelines.runtime import run_to_completion
 
-        request = self.request(prompt, **kwargs)
         platform = self.options.platform
         platform.reset_peak_memory(self.options.device)
         t0 = time.perf_counter()
         if isinstance(self.pipeline, SpeechPipeline):
-            result = _collect_speech(self.pipeline, request)
+            results = [_collect_speech(self.pipeline, r) for r in requests]
         elif isinstance(self.pipeline, StagedPipeline):
-            (result,) = run_to_completion(self.pipeline, [request])
+            results = run_to_completion(
+                self.pipeline, requests, progress=progress, should_cancel=should_cancel
+            )
         else:  # pragma: no cover - a pipeline of an unknown kind
             raise TypeError(f"{type(self.pipeline).__name__} is neither staged nor speech")
-        result.timings["total_s"] = time.perf_counter() - t0
+        total = time.perf_counter() - t0
         peak = platform.memory_stats(self.options.device).get("peak_allocated_bytes")
-        if peak is not None:
-            result.peak_memory_bytes = peak
-        return result
+        for result in results:
+            result.timings["total_s"] = total
+            result.timings.setdefault("load_s", self.load_s)
+            if peak is not None:
+                result.peak_memory_bytes = peak
+        return results
 
     def stream(self, prompt: str | None = None, **kwargs: Any) -> Iterator[AudioChunk]:
         """Speech only: yield delta audio chunks as they are generated."""

@@ -120,6 +120,22 @@ class Pipeline(ABC):
             raise InvalidRequestError(f"extras.{where}: {first['msg']}", param=where) from None
         return request.model_copy(update={"extras": extras.model_dump()})
 
+    @classmethod
+    def precheck(cls, path: Path, request: GenerationRequest) -> GenerationRequest:
+        """Validate ``request`` against the checkpoint at ``path`` *before* loading weights.
+
+        Called by the CLI (and anyone who wants errors before a long load). The default checks
+        the extras only; pipelines override it to read their configs (sizes, frame counts,
+        required images) without touching weights. :meth:`validate` must accept what this does.
+        """
+        try:
+            extras = cls.extras_model.model_validate(request.extras)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "extras"
+            raise InvalidRequestError(f"extras.{where}: {first['msg']}", param=where) from None
+        return request.model_copy(update={"extras": extras.model_dump()})
+
 
 @dataclass
 class DenoiseState:

@@ -48,7 +48,7 @@ def resolve_model_path(
 
 
 def read_architectures(path: Path) -> list[str]:
-    """Class names a checkpoint declares: diffusers ``_class_name`` or transformers ``architectures``."""
+    """Class names a checkpoint declares: diffusers ``_class_name``, else ``architectures``."""
     names: list[str] = []
     index = path / "model_index.json"
     config = path / "config.json"
