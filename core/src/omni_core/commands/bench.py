@@ -1,0 +1,130 @@
+"""``omni bench``: benchmarks. A lazy group: ``serve`` is here, others register in BENCH_COMMANDS.
+
+To add a subcommand without touching this file's logic, add ``"name": "module:attr"`` to
+:data:`BENCH_COMMANDS` (and its one-line help to :data:`BENCH_HELP`); it is imported only when run.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from omni_core.cli import LazyGroup
+
+#: Subcommands of ``omni bench``: name -> "module:attr", imported on use.
+BENCH_COMMANDS: dict[str, str] = {
+    "serve": "omni_core.commands.bench:bench_serve",
+}
+
+BENCH_HELP: dict[str, str] = {
+    "serve": "Load-test a running omni server (throughput, latency, SLO, speech TTFB/RTF).",
+}
+
+
+class _BenchGroup(LazyGroup):
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.commands.get(name)
+            rows.append((name, cmd.get_short_help_str(60) if cmd else BENCH_HELP.get(name, "")))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group("bench", cls=_BenchGroup, lazy_commands=BENCH_COMMANDS)
+def bench() -> None:
+    """Benchmark pipelines or a running server."""
+
+
+def _rate(value: str) -> float:
+    try:
+        rate = float(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a number or 'inf'") from None
+    if not rate > 0:
+        raise click.BadParameter("must be > 0 (or 'inf' for all at once)")
+    return rate
+
+
+def _extra(value: str | None) -> dict[str, Any]:
+    if not value:
+        return {}
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise click.BadParameter("must be a JSON object")
+    return data
+
+
+@click.command("serve")
+@click.option("--base-url", default="http://127.0.0.1:8000", show_default=True,
+              help="The server to load.")
+@click.option("--task", type=click.Choice(["t2i", "i2i", "t2v", "tts"]), required=True)
+@click.option("--model", default=None, help="Model id (default: the first that fits --task).")
+@click.option("--num-prompts", default=32, show_default=True, type=click.IntRange(1, 1_000_000))
+@click.option("--max-concurrency", default=8, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--request-rate", default="inf", show_default=True,
+              help="Poisson arrival rate in requests/s; 'inf' sends all at once.")
+@click.option("--warmup-requests", default=1, show_default=True, type=click.IntRange(0, 1000))
+@click.option("--slo-ms", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="Latency objective: report the share of requests that met it.")
+@click.option("--size", default=None, help="WxH for image and video tasks.")
+@click.option("--steps", default=None, type=click.IntRange(1, 1000), help="Denoising steps.")
+@click.option("--num-frames", default=None, type=click.IntRange(1, 1024), help="Video frames.")
+@click.option("--extra", default=None, help="JSON object of extra request fields.")
+@click.option("--api-key", envvar="OMNI_API_KEY", default=None, help="[env: OMNI_API_KEY]")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the summary and every request as JSON.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write a PNG plot (needs matplotlib).")
+def bench_serve(base_url: str, task: str, model: str | None, num_prompts: int,
+                max_concurrency: int, request_rate: str, warmup_requests: int,
+                slo_ms: float | None, size: str | None, steps: int | None,
+                num_frames: int | None, extra: str | None, api_key: str | None, seed: int,
+                output: Path | None, plot_path: Path | None) -> None:
+    """Load-test a running omni server and report throughput and latency."""
+    import asyncio
+
+    from omni_core.errors import ConfigError
+    from omni_core.serving.bench import BenchConfig, BenchRunner, format_summary, plot, write_json
+
+    rate = _rate(request_rate)
+    if plot_path is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ConfigError("--plot needs matplotlib: pip install 'omni-core[bench]'") from None
+    config = BenchConfig(
+        base_url=base_url, task=task, num_prompts=num_prompts,  # type: ignore[arg-type]
+        max_concurrency=max_concurrency, request_rate=rate, warmup_requests=warmup_requests,
+        slo_ms=slo_ms, model=model, api_key=api_key, size=size, steps=steps,
+        num_frames=num_frames, extra=_extra(extra), seed=seed)
+    try:
+        summary = asyncio.run(BenchRunner(config).run())
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"benchmark failed: {exc}") from None
+    except Exception as exc:
+        import httpx
+
+        if isinstance(exc, httpx.HTTPError):
+            raise ConfigError(f"cannot reach {base_url}: {exc}") from None
+        raise
+    click.echo(format_summary(summary))
+    command = "omni bench serve " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    if output is not None:
+        write_json(summary, output, command)
+        click.echo(f"wrote {output}")
+    if plot_path is not None:
+        plot(summary, plot_path)
+        click.echo(f"wrote {plot_path}")
+    if summary["completed"] == 0:
+        sys.exit(1)
