@@ -7,6 +7,7 @@ tox.ini and a first test: "my plugin is discoverable and its specs validate".
 
 from __future__ import annotations
 
+import importlib.util
 import keyword
 import re
 from importlib import resources
@@ -55,8 +56,15 @@ def validate_name(name: str) -> dict[str, str]:
     names = names_for(name)
     if names["dist"] == "omni-core" or keyword.iskeyword(names["module"]):
         raise click.BadParameter(f"{name!r} is reserved", param_hint="NAME")
-    if names["spec_name"] in {"", "core"}:
-        raise click.BadParameter(f"{name!r} leaves no plugin name after 'omni-'", param_hint="NAME")
+    try:
+        taken = importlib.util.find_spec(names["module"]) is not None
+    except (ImportError, ValueError):
+        taken = True
+    if taken:
+        raise click.BadParameter(
+            f"a module named {names['module']!r} is already installed; choose another name",
+            param_hint="NAME",
+        )
     return names
 
 
