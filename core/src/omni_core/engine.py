@@ -23,7 +23,7 @@ import traceback
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from omni_core.errors import InvalidRequestError, OmniError
 from omni_core.pipelines.base import (
@@ -504,12 +504,20 @@ class Engine:
         )
 
 
-def warmup_request(pipeline: Pipeline) -> GenerationRequest:
-    """The smallest request that exercises a pipeline end to end (one step, default size)."""
+def warmup_request(
+    pipeline: Pipeline, overrides: dict[str, Any] | None = None
+) -> GenerationRequest:
+    """The smallest request that exercises a pipeline end to end (one step, default size).
+
+    ``overrides`` (diffusion only) sets shared fields such as ``width``/``height``/``num_frames``
+    for checkpoints whose default size does not fit (tiny test models, memory-bound devices).
+    """
     if isinstance(pipeline, SpeechPipeline):
         request = GenerationRequest(prompt="Hello.", request_id="warmup")
     else:
-        request = GenerationRequest(prompt="warm-up", num_inference_steps=1, request_id="warmup")
+        fields: dict[str, Any] = {"prompt": "warm-up", "num_inference_steps": 1}
+        fields.update(overrides or {})
+        request = GenerationRequest(**fields, request_id="warmup")
     return pipeline.validate(request)
 
 

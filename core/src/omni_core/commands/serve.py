@@ -54,13 +54,16 @@ def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, s
 @click.option("--allowed-url-hosts", default="", show_default=False,
               help="Comma-separated hosts the server may fetch image URLs from (default: none).")
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up request of each model.")
+@click.option("--warmup-request", default=None, metavar="JSON",
+              help='Shared fields of the warm-up request of image/video models, e.g. '
+              '\'{"width": 256, "height": 256, "num_frames": 5}\'.')
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 def serve(models: tuple[str, ...], names: tuple[str, ...], host: str, port: int,
           api_key: str | None, state_dir: Path | None, max_batch: int, max_queue: int,
           request_timeout: float | None, device: str | None, dtype: str | None,
           attention_backend: str | None, max_upload_mb: float, allowed_url_hosts: str,
-          no_warmup: bool, log_level: str) -> None:
+          no_warmup: bool, warmup_request: str | None, log_level: str) -> None:
     """Serve MODEL(s) over an OpenAI-compatible HTTP API.
 
     Each MODEL is a local checkpoint folder or a Hugging Face Hub id, addressed in requests by
@@ -74,6 +77,16 @@ def serve(models: tuple[str, ...], names: tuple[str, ...], host: str, port: int,
     from omni_core.errors import ConfigError
     from omni_core.serving import ServerConfig, create_app
 
+    warmup_fields: dict[str, object] = {}
+    if warmup_request:
+        import json
+
+        try:
+            warmup_fields = json.loads(warmup_request)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--warmup-request") from None
+        if not isinstance(warmup_fields, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--warmup-request")
     hosts = tuple(h.strip() for h in allowed_url_hosts.split(",") if h.strip())
     if host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         click.echo(f"Warning: serving on {host} without an API key: anyone who can reach this "
@@ -84,6 +97,7 @@ def serve(models: tuple[str, ...], names: tuple[str, ...], host: str, port: int,
             max_batch=max_batch, max_queue=max_queue, request_timeout_s=request_timeout,
             device=device, dtype=dtype, attention_backend=attention_backend,
             max_upload_mb=max_upload_mb, allowed_url_hosts=hosts, warmup=not no_warmup,
+            warmup_request=warmup_fields,
             **({"state_dir": state_dir} if state_dir is not None else {}),
         )
     except ValueError as exc:  # pydantic's ValidationError

@@ -95,6 +95,8 @@ class ServerConfig(BaseModel):
     allowed_url_hosts: tuple[str, ...] = ()
     request_timeout_s: float | None = Field(None, gt=0)
     warmup: bool = True
+    #: Shared request fields of the warm-up of image and video models (e.g. a small size).
+    warmup_request: dict[str, Any] = Field(default_factory=dict)
     shutdown_grace_s: float = Field(30.0, ge=0)
     #: Extra loading options passed to every pipeline (e.g. ``text_encoder_device``).
     options: dict[str, Any] = Field(default_factory=dict)
@@ -195,7 +197,15 @@ class ServerState:
                         request_timeout_s=self.config.request_timeout_s, observer=self.metrics)
         served.engine = engine.start()
         if self.config.warmup:
-            engine.run(warmup_request(omni.pipeline), timeout=3600)
+            try:
+                engine.run(warmup_request(omni.pipeline, self.config.warmup_request),
+                           timeout=3600)
+            except Exception as exc:
+                engine.stop(drain=False, timeout=5)
+                raise RuntimeError(
+                    f"the warm-up request failed ({exc}); choose a size that fits with "
+                    "--warmup-request '{\"width\": W, \"height\": H}' or pass --no-warmup"
+                ) from exc
         served.status = "ready"
         self.metrics.ready.labels(served.id).set(1)
         log.info("model %s ready (%s, %.1f s)", served.id, omni.spec.name,
