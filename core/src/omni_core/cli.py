@@ -31,7 +31,14 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy_commands and cmd_name not in self.commands:
             module_name, _, attr = self.lazy_commands[cmd_name].partition(":")
-            command = getattr(importlib.import_module(module_name), attr)
+            try:
+                command = getattr(importlib.import_module(module_name), attr)
+            except (ImportError, AttributeError) as exc:
+                # A command whose module (or an optional dependency of it) is missing: one line.
+                raise click.ClickException(
+                    f"command {cmd_name!r} is not available in this installation: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from None
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
 
