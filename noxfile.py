@@ -1,0 +1,149 @@
+"""Developer tasks of the omni monorepo: `nox -s demo|tests|lint|docs|matrix|package`.
+
+Every session that installs something depending on torch installs ``torch==2.13.0`` first and
+explicitly: a loose ``torch`` requirement would otherwise pull a multi-GB CUDA build. Set
+``OMNI_TORCH_INDEX_URL`` (e.g. https://download.pytorch.org/whl/cpu) to choose where it comes
+from; by default pip's own configuration decides (find-links, a local wheel, PyPI).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+CORE = ROOT / "core"
+PLUGINS = sorted(p for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())
+PACKAGES = [CORE, *PLUGINS]
+TORCH = "torch==2.13.0"
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = False
+
+
+def _extras(package: Path) -> set[str]:
+    data = tomllib.loads((package / "pyproject.toml").read_text())
+    return set(data.get("project", {}).get("optional-dependencies", {}))
+
+
+def _dist_name(package: Path) -> str:
+    return tomllib.loads((package / "pyproject.toml").read_text())["project"]["name"]
+
+
+def install_torch(session: nox.Session) -> None:
+    index = os.environ.get("OMNI_TORCH_INDEX_URL")
+    session.install(TORCH, *(["--extra-index-url", index] if index else []))
+
+
+def install_workspace(session: nox.Session, *, core_extras: str = "serve,test") -> None:
+    """torch first, then omni-core and every plugin editable (with their `test` extras)."""
+    install_torch(session)
+    args = ["-e", f"{CORE}[{core_extras}]"]
+    for plugin in PLUGINS:
+        extras = _extras(plugin) & {"test"}
+        args += ["-e", f"{plugin}[{','.join(sorted(extras))}]" if extras else str(plugin)]
+    # One resolver run over everything keeps the versions consistent; omni-core is satisfied by
+    # the working tree, never fetched.
+    session.install(*args)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job: tiny random-weight checkpoints through `omni generate` into ./out/."""
+    install_workspace(session, core_extras="serve")
+    session.run("python", str(ROOT / "demo" / "run_demo.py"), *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Every package's tests in ONE pytest process (imports cost seconds; fixtures are shared)."""
+    install_workspace(session)
+    paths = [str(CORE / "tests"), *(str(p / "tests") for p in PLUGINS), str(ROOT / "tests")]
+    env = {"HF_HUB_OFFLINE": "1", "OMNI_PLATFORM": ""}
+    try:
+        session.run("pytest", *paths, *session.posargs, env=env)
+    except nox.command.CommandFailed as exc:
+        if getattr(exc, "return_code", None) == 5 or "code 5" in str(exc.reason or ""):
+            session.error(
+                "pytest collected no tests (exit code 5): the repository has tests, so a "
+                "selection (posargs, markers) or a collection setting is wrong"
+            )
+        raise
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole repository (config: ruff.toml)."""
+    session.install("ruff")
+    session.run("ruff", "check", str(ROOT), *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build sdk-docs with `mkdocs build --strict` (the hook reference is generated)."""
+    # omni-core itself needs no torch; the hook reference is read from hookspecs.py.
+    session.install("mkdocs>=1.6", "-e", str(CORE))
+    session.run(
+        "mkdocs", "build", "--strict", "-f", str(ROOT / "sdk-docs" / "mkdocs.yml"),
+        "-d", str(ROOT / "sdk-docs" / "site"), *session.posargs,
+    )
+
+
+@nox.session
+def matrix(session: nox.Session) -> None:
+    """Run each package's tox.ini (its own test matrix) against the working-tree omni-core."""
+    session.install("tox>=4")
+    env = {"OMNI_CORE": str(CORE), "HF_HUB_OFFLINE": "1"}
+    failed = []
+    for package in PACKAGES:
+        if not (package / "tox.ini").is_file():
+            session.warn(f"{package.relative_to(ROOT)} has no tox.ini")
+            failed.append(package.name)
+            continue
+        try:
+            session.run("tox", "-c", str(package / "tox.ini"), *session.posargs, env=env)
+        except nox.command.CommandFailed:
+            failed.append(package.name)
+    if failed:
+        session.error(f"tox failed for: {', '.join(failed)}")
+
+
+@nox.session
+def package(session: nox.Session) -> None:
+    """Build every wheel and sdist, install the wheels (not editable) in this fresh virtualenv
+    and run `omni list-plugins` there: the real `pip install omni-core omni-wan` experience."""
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.install("build")
+    for pkg in PACKAGES:
+        session.run("python", "-m", "build", "--outdir", str(dist), str(pkg))
+    wheels = sorted(str(w) for w in dist.glob("*.whl"))
+    sdists = sorted(dist.glob("*.tar.gz"))
+    if len(wheels) != len(PACKAGES) or len(sdists) != len(PACKAGES):
+        session.error(f"expected {len(PACKAGES)} wheels and sdists, got {wheels} {sdists}")
+    install_torch(session)
+    # --find-links: the plugins' `omni-core>=0.1,<0.2` resolves to the wheel just built.
+    session.install("--find-links", str(dist), *wheels)
+    check = (
+        "import json, subprocess, sys\n"
+        "out = subprocess.run(['omni', 'list-plugins', '--json'], check=True,"
+        " capture_output=True, text=True).stdout\n"
+        "plugins = {p['distribution']: p for p in json.loads(out)}\n"
+        f"expected = {sorted(_dist_name(p) for p in PACKAGES)!r}\n"
+        "missing = [d for d in expected if d not in plugins]\n"
+        "broken = {d: p['error'] for d, p in plugins.items() if p['status'] != 'ok'}\n"
+        "assert not missing and not broken, (missing, broken)\n"
+        "import omni_core; assert 'site-packages' in omni_core.__file__, omni_core.__file__\n"
+        "print('installed from wheels:', ', '.join(expected))\n"
+    )
+    session.run("omni", "list-plugins")
+    session.run("python", "-c", check)
+
+
+if __name__ == "__main__":  # pragma: no cover - `python noxfile.py` is not how to run it
+    sys.exit("run: python3 -m pip install nox && nox -s tests")
