@@ -4,6 +4,7 @@ counted per request, independent request contexts, and quality (PSNR/SSIM) helpe
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -144,7 +145,9 @@ LOSSY = {
 @pytest.mark.parametrize("backend", sorted(EXACT))
 def test_threshold_zero_equals_uncached(backend, registry, wan_reference):
     model = _tiny_wan()
-    handle = apply_cache(model, CacheConfig(backend=backend, options=EXACT[backend]), registry=registry)
+    handle = apply_cache(
+        model, CacheConfig(backend=backend, options=EXACT[backend]), registry=registry
+    )
     out = _loop_wan(model, "req-a:cond", handle)
     torch.testing.assert_close(out, wan_reference, rtol=1e-5, atol=1e-5)
     stats = handle.finish(["req-a:cond"])
@@ -154,7 +157,9 @@ def test_threshold_zero_equals_uncached(backend, registry, wan_reference):
 @pytest.mark.parametrize("backend", sorted(LOSSY))
 def test_lossy_cache_hits_counted_per_request(backend, registry, wan_reference):
     model = _tiny_wan()
-    handle = apply_cache(model, CacheConfig(backend=backend, options=LOSSY[backend]), registry=registry)
+    handle = apply_cache(
+        model, CacheConfig(backend=backend, options=LOSSY[backend]), registry=registry
+    )
     out = _loop_wan(model, "r1:cond", handle)
     stats = handle.stats(["r1:cond"])
     assert stats.calls == STEPS
@@ -198,11 +203,15 @@ def test_teacache_interleaved_requests_stay_independent(registry):
 def test_qwen_image_tuple_blocks(backend, registry):
     model = _tiny_qwen()
     ref = _loop_qwen(model, None)
-    exact = apply_cache(model, CacheConfig(backend=backend, options={"threshold": 0.0}), registry=registry)
+    exact = apply_cache(
+        model, CacheConfig(backend=backend, options={"threshold": 0.0}), registry=registry
+    )
     torch.testing.assert_close(_loop_qwen(model, "q", exact), ref, rtol=1e-5, atol=1e-5)
     assert exact.finish(["q"]).hits == 0
     exact.remove()
-    lossy = apply_cache(model, CacheConfig(backend=backend, options={"threshold": 50.0}), registry=registry)
+    lossy = apply_cache(
+        model, CacheConfig(backend=backend, options={"threshold": 50.0}), registry=registry
+    )
     out = _loop_qwen(model, "q2", lossy)
     assert lossy.finish(["q2"]).hits > 0
     assert torch.isfinite(out).all()
@@ -229,7 +238,7 @@ def test_adapters_and_coefficients():
     custom = CacheAdapter(architecture="X", blocks=("blocks",), teacache_coefficients=(2.0, 0.0))
 
     class Pipe:
-        cache_adapter = {"WanTransformer3DModel": custom}
+        cache_adapter: ClassVar[dict] = {"WanTransformer3DModel": custom}
 
     assert resolve_adapter(wan, Pipe) is custom
 
@@ -246,7 +255,9 @@ def test_cache_config_errors(registry):
     with pytest.raises(ConfigError, match="mag_ratios"):
         apply_cache(model, CacheConfig(backend="magcache"), registry=registry)
     with pytest.raises(ConfigError, match="unknown option"):
-        apply_cache(model, CacheConfig(backend="teacache", options={"thresh": 1}), registry=registry)
+        apply_cache(
+            model, CacheConfig(backend="teacache", options={"thresh": 1}), registry=registry
+        )
     with pytest.raises(ConfigError, match="cache-dit not installed"):
         apply_cache(model, CacheConfig(backend="dbcache"), registry=registry)
     with pytest.raises(ConfigError, match="not supported by this pipeline"):
@@ -266,7 +277,9 @@ def test_apply_acceleration_cache_and_report(registry, wan_reference):
         platform=current_platform(),
         cache=CacheConfig(backend="teacache", options={"threshold": 10.0}),
     )
-    report = apply_acceleration({"transformer": model, "vae": torch.nn.Linear(2, 2)}, options, registry=registry)
+    report = apply_acceleration(
+        {"transformer": model, "vae": torch.nn.Linear(2, 2)}, options, registry=registry
+    )
     assert report.order == ["fuse_qkv", "cache:teacache"]
     assert report.fused_qkv["transformer"] == 8  # 4 blocks x (self qkv + cross kv)
     assert set(report.caches) == {"transformer"}

@@ -130,6 +130,27 @@ def _flag(extra: dict[str, Any], key: str, default: Any) -> Any:
     return value
 
 
+def _pipeline_spec(pipeline_cls: Any, registry: Any) -> Any:
+    """The registered PipelineSpec whose implementation is ``pipeline_cls`` (None if unknown)."""
+    import sys
+
+    if pipeline_cls is None:
+        return None
+    declared = getattr(pipeline_cls, "spec", None)
+    if declared is not None:
+        return declared
+    for spec in registry.pipelines.values():
+        module_name, _, attr = spec.implementation.partition(":")
+        if module_name not in sys.modules:
+            continue  # never import other plugins just to compare
+        obj: Any = sys.modules[module_name]
+        for part in attr.split("."):
+            obj = getattr(obj, part, None)
+        if obj is pipeline_cls:
+            return spec
+    return None
+
+
 def apply_acceleration(
     components: dict[str, torch.nn.Module | None],
     options: PipelineOptions,
@@ -154,7 +175,9 @@ def apply_acceleration(
     present = {k: v for k, v in components.items() if v is not None}
     denoisers = [k for k in present if k in DENOISERS]
     extra = dict(options.extra or {})
-    capabilities = getattr(getattr(pipeline_cls, "spec", None), "capabilities", None)
+    spec = _pipeline_spec(pipeline_cls, registry)
+    capabilities = spec.capabilities if spec is not None else None
+    allowed = tuple(capabilities.cache_backends) if capabilities is not None else ()
     if options.attention is not None:
         report.attention = dict(options.attention.names)
 
@@ -168,6 +191,11 @@ def apply_acceleration(
             )
         if not denoisers:
             raise ConfigError("cache.backend: this pipeline has no denoiser to cache")
+        if allowed and cache_cfg.backend not in allowed:
+            raise ConfigError(
+                f"cache.backend: {cache_cfg.backend!r} is not supported by this pipeline "
+                f"(supported: {', '.join(allowed)})"
+            )
     quant = options.quantization
     quant_targets: tuple[str, ...] = ()
     if quant.method:
@@ -178,6 +206,12 @@ def apply_acceleration(
             known = ", ".join(sorted(registry.quantizers)) or "none"
             raise ConfigError(
                 f"quantization.method: unknown quantizer {quant.method!r}; known: {known}"
+            )
+        allowed_q = tuple(capabilities.quantizers) if capabilities is not None else ()
+        if allowed_q and quant.method not in allowed_q:
+            raise ConfigError(
+                f"quantization.method: {quant.method!r} is not supported by this pipeline "
+                f"(supported: {', '.join(allowed_q)})"
             )
     adapters = {name: resolve_adapter(present[name], pipeline_cls) for name in denoisers}
 
@@ -216,7 +250,6 @@ def apply_acceleration(
         report.order.append("compile")
 
     if cache_cfg.backend:
-        allowed = tuple(getattr(capabilities, "cache_backends", ()) or ())
         for name in denoisers:
             handle = apply_cache(
                 present[name],

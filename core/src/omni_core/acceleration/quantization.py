@@ -71,16 +71,19 @@ def default_filter(block_lists: tuple[str, ...]) -> Callable[[str, Any], bool]:
     return keep
 
 
+def _tensor_bytes(t: Any) -> int:
+    """Storage bytes, looking inside tensor subclasses (torchao) via ``__tensor_flatten__``."""
+    flatten = getattr(type(t), "__tensor_flatten__", None)
+    if flatten is not None:
+        names, _ = t.__tensor_flatten__()
+        return sum(_tensor_bytes(getattr(t, n)) for n in names)
+    return t.numel() * t.element_size()
+
+
 def _weight_bytes(module: Any) -> int:
-    total = 0
-    for p in module.parameters():
-        try:
-            total += p.numel() * p.element_size()
-        except (RuntimeError, TypeError, NotImplementedError):  # subclassed tensors
-            total += p.numel()
-    for b in module.buffers():
-        total += b.numel() * b.element_size()
-    return total
+    return sum(_tensor_bytes(p) for p in module.parameters()) + sum(
+        _tensor_bytes(b) for b in module.buffers()
+    )
 
 
 # -- our fp8 row-wise linear -----------------------------------------------------------------------
