@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from importlib import metadata
 
+import pytest
 from click.testing import CliRunner
 
 from omni_core.cli import cli
@@ -44,3 +46,38 @@ def test_npu_list_plugins_shows_the_platform(npu_host) -> None:
     assert result.exit_code == 0, result.output
     row = next(line for line in result.output.splitlines() if line.startswith("omni-platform-npu"))
     assert "platforms: npu" in row and "attention_backends: npu-fusion" in row
+
+
+@pytest.fixture
+def as_process_host(npu_host):
+    previous = set_host(npu_host)
+    yield npu_host
+    set_host(previous)
+
+
+def test_npu_doctor_json_says_why_not(as_process_host, no_torch_npu, clean_env) -> None:
+    result = CliRunner().invoke(cli, ["doctor", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["selected_platform"]["name"] == "cpu"
+    row = next(p for p in report["platforms"] if p["name"] == "npu")
+    assert row["usable"] is False and "torch_npu is not installed" in row["reason"]
+    compat = {r["distribution"]: r for r in row["compatibility"]}
+    assert compat["torch-npu"]["requires"] == ">=2.5.1"
+    assert compat["torch-npu"]["installed"] is None
+    assert compat["omni-core"]["satisfied"] is True
+    fusion = next(b for b in report["attention_backends"] if b["name"] == "npu-fusion")
+    assert fusion["usable"] is False and "runs on npu" in fusion["reason"]
+
+
+def test_npu_doctor_forced_but_unavailable(as_process_host, no_torch_npu, clean_env, monkeypatch) -> None:  # noqa: E501
+    monkeypatch.setenv("OMNI_PLATFORM", "npu")
+    result = CliRunner().invoke(cli, ["doctor"])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, SystemExit)
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: platform 'npu' was forced by OMNI_PLATFORM")
+    assert "torch_npu is not installed" in lines[0]
+    assert "Traceback" not in result.output

@@ -1,5 +1,65 @@
-"""omni plugin entry point of omni-platform-rocm (registers nothing until its features land)."""
+"""omni plugin entry point of omni-platform-rocm.
 
-from omni_core import PLUGIN_API_VERSION
+Registers the ``rocm`` platform and two attention backends, ``aiter`` and ``flash-attn-ck``.
+Everything is a lazy ``"module:attr"`` string: this module imports no torch, so ``omni
+list-plugins`` stays fast. fp8 support per GPU is data on the platform (``fp8_dtype``,
+``quant_dtypes``, ``quant_dtype_for``): float8_e4m3fnuz on MI300, float8_e4m3fn on MI350.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from omni_core import PLUGIN_API_VERSION, hookimpl
+from omni_core.registry import AttentionBackendSpec, PlatformSpec
+from omni_platform_rocm.compat import COMPATIBILITY
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
+
+#: Above the built-in cuda platform (100). The cuda detector already refuses HIP builds; the
+#: higher priority makes the order explicit rather than an accident of that check.
+PRIORITY = 110
+
+_ATTENTION = "omni_platform_rocm.attention"
+
+
+@hookimpl
+def omni_register_platforms(register: Callable[[PlatformSpec], None]) -> None:
+    register(
+        PlatformSpec(
+            name="rocm",
+            implementation="omni_platform_rocm.platform:RocmPlatform",
+            detector="omni_platform_rocm.detect:detect_rocm",
+            device_type="cuda",
+            priority=PRIORITY,
+            compatibility=COMPATIBILITY,
+            description="AMD GPUs through a ROCm (HIP) build of torch; RCCL for multi-GPU "
+            "(torch.distributed backend name 'nccl').",
+        )
+    )
+
+
+@hookimpl
+def omni_register_attention_backends(register: Callable[[AttentionBackendSpec], None]) -> None:
+    register(
+        AttentionBackendSpec(
+            name="aiter",
+            implementation=f"{_ATTENTION}:aiter_attention",
+            device_types=("cuda",),
+            availability=f"{_ATTENTION}:aiter_available",
+            supports_mask=False,
+            priority=25,
+            description="AMD aiter flash attention (ROCm); masked calls run on SDPA.",
+        )
+    )
+    register(
+        AttentionBackendSpec(
+            name="flash-attn-ck",
+            implementation=f"{_ATTENTION}:flash_attn_ck",
+            device_types=("cuda",),
+            availability=f"{_ATTENTION}:flash_attn_ck_available",
+            supports_mask=False,
+            priority=22,
+            description="flash-attn's ROCm build (Composable Kernel); masked calls run on SDPA.",
+        )
+    )

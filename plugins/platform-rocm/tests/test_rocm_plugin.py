@@ -1,0 +1,76 @@
+"""The installed distribution: entry point discovery, lazy imports, list-plugins, doctor."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+from click.testing import CliRunner
+
+from omni_core.cli import cli
+from omni_core.plugins import PluginHost, set_host
+
+
+@pytest.fixture
+def as_process_host(rocm_host):
+    previous = set_host(rocm_host)
+    yield rocm_host
+    set_host(previous)
+
+
+def test_rocm_entry_point_is_discovered() -> None:
+    points = {ep.name: ep.value for ep in metadata.entry_points(group="omni")}
+    assert points.get("omni-platform-rocm") == "omni_platform_rocm.plugin"
+    host = PluginHost(autoload=True, allow=["omni-platform-rocm"])
+    host.infos()
+    info = host.plugins["omni-platform-rocm"]
+    assert info.status == "ok", info.error
+    assert info.distribution == "omni-platform-rocm"
+    provides = {kind: names for kind, names in info.provides.items() if names}
+    assert provides == {"attention_backends": ["aiter", "flash-attn-ck"], "platforms": ["rocm"]}
+
+
+def test_rocm_plugin_module_imports_no_torch() -> None:
+    code = (
+        "import sys, omni_platform_rocm.plugin; "
+        "sys.exit('torch imported' if 'torch' in sys.modules else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rocm_list_plugins_shows_the_platform(as_process_host) -> None:
+    result = CliRunner().invoke(cli, ["list-plugins"])
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if line.startswith("omni-platform-rocm"))
+    assert "platforms: rocm" in row and "attention_backends: aiter, flash-attn-ck" in row
+
+
+def test_rocm_doctor_json_says_why_not(as_process_host, no_hip, clean_env) -> None:
+    result = CliRunner().invoke(cli, ["doctor", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["selected_platform"]["name"] == "cpu"
+    row = next(p for p in report["platforms"] if p["name"] == "rocm")
+    assert row["usable"] is False and "not a ROCm build" in row["reason"]
+    assert {r["distribution"]: r["requires"] for r in row["compatibility"]} == {
+        "omni-core": ">=0.1,<0.2",
+        "torch": ">=2.5",
+    }
+    aiter = next(b for b in report["attention_backends"] if b["name"] == "aiter")
+    assert aiter["usable"] is False and aiter["reason"]
+
+
+def test_rocm_doctor_forced_but_unavailable(as_process_host, no_hip, clean_env, monkeypatch) -> None:  # noqa: E501
+    monkeypatch.setenv("OMNI_PLATFORM", "rocm")
+    result = CliRunner().invoke(cli, ["doctor"])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, SystemExit)
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: platform 'rocm' was forced by OMNI_PLATFORM")
+    assert "Traceback" not in result.output
