@@ -30,7 +30,11 @@ def test_rocm_entry_point_is_discovered() -> None:
     assert info.status == "ok", info.error
     assert info.distribution == "omni-platform-rocm"
     provides = {kind: names for kind, names in info.provides.items() if names}
-    assert provides == {"attention_backends": ["aiter", "flash-attn-ck"], "platforms": ["rocm"]}
+    assert provides == {
+        "attention_backends": ["aiter", "flash-attn-ck"],
+        "platforms": ["rocm"],
+        "quantizers": ["fp8-rocm"],
+    }
 
 
 def test_rocm_plugin_module_imports_no_torch() -> None:
@@ -62,6 +66,8 @@ def test_rocm_doctor_json_says_why_not(as_process_host, no_hip, clean_env) -> No
     }
     aiter = next(b for b in report["attention_backends"] if b["name"] == "aiter")
     assert aiter["usable"] is False and aiter["reason"]
+    fp8 = next(q for q in report["quantizers"] if q["name"] == "fp8-rocm")
+    assert fp8["usable"] is False and fp8["reason"] == "runs on cuda, not on cpu"
 
 
 def test_rocm_doctor_forced_but_unavailable(as_process_host, no_hip, clean_env, monkeypatch) -> None:  # noqa: E501

@@ -1,6 +1,7 @@
 """omni plugin entry point of omni-platform-rocm.
 
-Registers the ``rocm`` platform and two attention backends, ``aiter`` and ``flash-attn-ck``.
+Registers the ``rocm`` platform, two attention backends (``aiter``, ``flash-attn-ck``) and the
+``fp8-rocm`` quantizer (fp8 in the GPU's own format).
 Everything is a lazy ``"module:attr"`` string: this module imports no torch, so ``omni
 list-plugins`` stays fast. fp8 support per GPU is data on the platform (``fp8_dtype``,
 ``quant_dtypes``, ``quant_dtype_for``): float8_e4m3fnuz on MI300, float8_e4m3fn on MI350.
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.registry import AttentionBackendSpec, PlatformSpec
+from omni_core.registry import AttentionBackendSpec, PlatformSpec, QuantizerSpec
 from omni_platform_rocm.compat import COMPATIBILITY
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
@@ -61,5 +62,20 @@ def omni_register_attention_backends(register: Callable[[AttentionBackendSpec], 
             supports_mask=False,
             priority=22,
             description="flash-attn's ROCm build (Composable Kernel); masked calls run on SDPA.",
+        )
+    )
+
+
+@hookimpl
+def omni_register_quantizers(register: Callable[[QuantizerSpec], None]) -> None:
+    register(
+        QuantizerSpec(
+            name="fp8-rocm",
+            implementation="omni_platform_rocm.quant:fp8_rocm",
+            device_types=("cuda",),
+            availability="omni_platform_rocm.quant:fp8_rocm_available",
+            lossy=True,
+            description="Row-wise fp8 linears in the GPU's format: float8_e4m3fnuz on MI300, "
+            "float8_e4m3fn on MI350 (torch._scaled_mm on hipBLASLt).",
         )
     )
