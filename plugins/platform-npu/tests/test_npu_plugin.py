@@ -81,3 +81,11 @@ def test_npu_doctor_forced_but_unavailable(as_process_host, no_torch_npu, clean_
     assert lines[0].startswith("Error: platform 'npu' was forced by OMNI_PLATFORM")
     assert "torch_npu is not installed" in lines[0]
     assert "Traceback" not in result.output
+
+
+def test_npu_discoverable_and_specs_validate_strictly() -> None:
+    """omni-core's plugin-author check: strict load, right API, every lazy reference resolves."""
+    from omni_core.testing import assert_plugin_discoverable
+
+    registry = assert_plugin_discoverable("omni-platform-npu")
+    assert registry.platforms["npu"].plugin == "omni-platform-npu"

@@ -80,3 +80,11 @@ def test_rocm_doctor_forced_but_unavailable(as_process_host, no_hip, clean_env, 
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("Error: platform 'rocm' was forced by OMNI_PLATFORM")
     assert "Traceback" not in result.output
+
+
+def test_rocm_discoverable_and_specs_validate_strictly() -> None:
+    """omni-core's plugin-author check: strict load, right API, every lazy reference resolves."""
+    from omni_core.testing import assert_plugin_discoverable
+
+    registry = assert_plugin_discoverable("omni-platform-rocm")
+    assert registry.platforms["rocm"].plugin == "omni-platform-rocm"
