@@ -36,6 +36,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "omni-attention-extra": "omni_core.builtins.attention_extra",
     "omni-cache": "omni_core.builtins.cache",
     "omni-quantizers": "omni_core.builtins.quantizers",
+    "omni-diffusers-adapter": "omni_core.builtins.diffusers_adapter",
 }
 
 Status = Literal["ok", "error"]

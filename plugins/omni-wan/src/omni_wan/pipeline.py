@@ -103,7 +103,7 @@ class WanLayout:
 
     def check(self, request: GenerationRequest) -> GenerationRequest:
         """Complete defaults and reject what Wan cannot do, before any compute."""
-        extras = WanExtras.model_validate(request.extras)
+        extras = parse_extras(request.extras)
         height = request.height or DEFAULT_HEIGHT
         width = request.width or DEFAULT_WIDTH
         frames = request.num_frames or DEFAULT_FRAMES
@@ -181,6 +181,23 @@ class WanLayout:
         )
 
 
+def parse_extras(extras: dict[str, Any]) -> WanExtras:
+    """Validate Wan's extras; an unknown or bad one is an InvalidRequestError naming it."""
+    from pydantic import ValidationError
+
+    try:
+        return WanExtras.model_validate(extras)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = ".".join(str(p) for p in first["loc"]) or "extras"
+        if first["type"] == "extra_forbidden":
+            known = ", ".join(WanExtras.model_fields)
+            message = f"unknown extra {name!r} for Wan; known extras: {known}"
+        else:
+            message = f"extras.{name}: {first['msg']}"
+        raise InvalidRequestError(message, param=name) from None
+
+
 def _present(index: dict[str, Any], name: str) -> bool:
     entry = index.get(name)
     return isinstance(entry, list) and len(entry) == 2 and entry[0] is not None
@@ -224,6 +241,8 @@ class WanVideoPipeline(StagedPipeline):
         from diffusers import AutoencoderKLWan, WanTransformer3DModel
         from transformers import AutoTokenizer, UMT5EncoderModel
 
+        from omni_core.pipelines.diffusers_utils import dtype_kwargs
+
         layout = WanLayout.read(path)
         index = json.loads((path / "model_index.json").read_text())
         device, dtype = options.device, options.dtype
@@ -233,14 +252,14 @@ class WanVideoPipeline(StagedPipeline):
             if _present(index, name):
                 components[name] = (
                     WanTransformer3DModel.from_pretrained(
-                        path / name, torch_dtype=dtype, use_safetensors=True
+                        path / name, **dtype_kwargs(dtype), use_safetensors=True
                     )
                     .to(device)
                     .eval()
                 )
         components["vae"] = (
             AutoencoderKLWan.from_pretrained(
-                path / "vae", torch_dtype=vae_dtype, use_safetensors=True
+                path / "vae", **dtype_kwargs(vae_dtype), use_safetensors=True
             )
             .to(device)
             .eval()
@@ -287,7 +306,7 @@ class WanVideoPipeline(StagedPipeline):
     @torch.no_grad()
     def prepare(self, request: GenerationRequest) -> DenoiseState:
         request = self.layout.check(request)
-        extras = WanExtras.model_validate(request.extras)
+        extras = WanExtras.model_validate(request.extras)  # already checked above
         layout = self.layout
         height, width, frames = request.height, request.width, request.num_frames
         assert height and width and frames and request.num_inference_steps

@@ -1,0 +1,319 @@
+"""`omni generate video|image|speech`: one generation from the command line.
+
+Everything that can be checked is checked before weights load (options, sizes, frame counts,
+images, extras, through the pipeline's :meth:`~omni_core.pipelines.base.Pipeline.precheck`),
+so a typo costs a second, not a model load; such errors exit with code 2. ``speech`` lives in
+:mod:`omni_core.commands.speech` and is imported only when used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from omni_core.cli import LazyGroup
+from omni_core.errors import InvalidRequestError, OmniError
+
+SUBCOMMANDS = {"speech": "omni_core.commands.speech:generate_speech"}
+SUBCOMMAND_HELP = {"speech": "Speak text with a speech model (writes WAV/MP3/FLAC)."}
+
+
+class GenerateGroup(LazyGroup):
+    """Lazy subcommands whose import failure is reported, not fatal to the other subcommands."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy_commands and cmd_name not in self.commands:
+            module_name, _, attr = self.lazy_commands[cmd_name].partition(":")
+            try:
+                command = getattr(importlib.import_module(module_name), attr)
+            except (ImportError, AttributeError) as exc:
+                return _unavailable(cmd_name, exc)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.commands.get(name)
+            text = cmd.get_short_help_str(60) if cmd else SUBCOMMAND_HELP.get(name, "")
+            rows.append((name, text))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _unavailable(name: str, exc: Exception) -> click.Command:
+    @click.command(name, context_settings={"ignore_unknown_options": True})
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def command(args: tuple[str, ...]) -> None:
+        raise click.ClickException(f"`omni generate {name}` is not available here: {exc}")
+
+    return command
+
+
+@click.group(cls=GenerateGroup, lazy_commands=SUBCOMMANDS)
+def generate() -> None:
+    """Generate an image, a video or speech with an installed pipeline."""
+
+
+def _common_options(func: Any) -> Any:
+    options = [
+        click.option("--seed", type=click.IntRange(0, 2**63 - 1), help="Noise seed."),
+        click.option("--size", metavar="WxH", help="Output size, e.g. 832x480."),
+        click.option("--height", type=click.IntRange(1, 8192)),
+        click.option("--width", type=click.IntRange(1, 8192)),
+        click.option("--steps", type=click.IntRange(1, 1000), help="Denoising steps."),
+        click.option("--guidance", type=click.FloatRange(0, 100), help="Guidance scale."),
+        click.option("--negative-prompt", help="What to steer away from."),
+        click.option(
+            "--image",
+            "images",
+            multiple=True,
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="Conditioning image (repeatable).",
+        ),
+        click.option(
+            "--extra",
+            "extras",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Pipeline extra (repeatable); VALUE is parsed as JSON when it can be.",
+        ),
+        click.option("--pipeline", help="Use this registered pipeline, not the detected one."),
+        click.option("--device", help="torch device, e.g. cuda:1 (default: the platform's)."),
+        click.option("--dtype", help="bfloat16, float16 or float32."),
+        click.option("--attention-backend", help="Attention backend for every role."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@generate.command("video")
+@click.argument("model")
+@click.argument("prompt")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    default=Path("out.mp4"),
+    show_default=True,
+    help="MP4 file (or a folder ending in / for PNG frames).",
+)
+@click.option("--frames", "num_frames", type=click.IntRange(1, 1024), help="Frames (4k+1).")
+@click.option("--fps", type=click.IntRange(1, 120), help="MP4 frame rate.")
+@_common_options
+def generate_video(
+    model: str, prompt: str, output: Path, num_frames: int | None, fps: int | None, **options: Any
+) -> None:
+    """Generate a video from PROMPT with MODEL (a folder or a Hub id)."""
+    if output.suffix.lower() not in (".mp4",) and not str(output).endswith("/"):
+        raise click.BadParameter("the video output must end in .mp4", param_hint="--output")
+    result, elapsed = _run("video", model, prompt, num_frames=num_frames, **options)
+    if result.video is None:
+        raise click.ClickException("the pipeline returned no video")
+    from omni_core.media import save_video
+
+    path = save_video(result.video, output, fps=fps or result.fps or 16)
+    frames, height, width, _ = result.video.shape
+    click.echo(
+        f"wrote {path} ({frames} frames, {width}x{height}, seed {result.info.get('seed')}, "
+        f"{elapsed:.1f}s)",
+        err=True,
+    )
+
+
+@generate.command("image")
+@click.argument("model")
+@click.argument("prompt")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("out.png"),
+    show_default=True,
+    help="Image file (.png, .jpg, .webp); several outputs get -1, -2, ... suffixes.",
+)
+@click.option("-n", "num_outputs", type=click.IntRange(1, 16), default=1, help="Images.")
+@_common_options
+def generate_image(
+    model: str, prompt: str, output: Path, num_outputs: int, **options: Any
+) -> None:
+    """Generate an image from PROMPT with MODEL (a folder or a Hub id)."""
+    if output.suffix.lower() not in (".png", ".jpg", ".jpeg", ".webp"):
+        raise click.BadParameter(
+            "the image output must end in .png, .jpg or .webp", param_hint="--output"
+        )
+    result, elapsed = _run("image", model, prompt, num_outputs=num_outputs, **options)
+    from omni_core.media import save_image
+
+    images = list(result.images or [])
+    if not images:
+        raise click.ClickException("the pipeline returned no image")
+    paths = []
+    for i, image in enumerate(images):
+        target = output if len(images) == 1 else output.with_stem(f"{output.stem}-{i + 1}")
+        paths.append(save_image(image, target))
+    click.echo(
+        f"wrote {', '.join(str(p) for p in paths)} ({images[0].width}x{images[0].height}, "
+        f"seed {result.info.get('seed')}, {elapsed:.1f}s)",
+        err=True,
+    )
+
+
+def parse_size(size: str | None, height: int | None, width: int | None) -> tuple[Any, Any]:
+    """``WxH`` (or ``--height``/``--width``) -> (height, width); a UsageError when malformed."""
+    if size is None:
+        return height, width
+    if height is not None or width is not None:
+        raise click.UsageError("give --size or --height/--width, not both")
+    parts = size.lower().replace("*", "x").split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise click.BadParameter(
+            f"{size!r} is not WIDTHxHEIGHT (e.g. 832x480)", param_hint="--size"
+        )
+    return int(parts[1]), int(parts[0])
+
+
+def parse_extras(items: tuple[str, ...]) -> dict[str, Any]:
+    """``key=value`` pairs; values parsed as JSON when possible (``3``, ``true``, ``[1,2]``)."""
+    extras: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--extra")
+        try:
+            extras[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            extras[key] = raw
+    return extras
+
+
+def _load_images(paths: tuple[Path, ...]) -> list[Any]:
+    from PIL import Image, UnidentifiedImageError
+
+    images = []
+    for path in paths:
+        try:
+            with Image.open(path) as handle:
+                images.append(handle.convert("RGB"))
+        except (UnidentifiedImageError, OSError) as exc:
+            raise click.BadParameter(
+                f"{path}: not a readable image ({exc})", param_hint="--image"
+            ) from None
+    return images
+
+
+def _run(
+    kind: str,
+    model: str,
+    prompt: str,
+    *,
+    seed: int | None,
+    size: str | None,
+    height: int | None,
+    width: int | None,
+    steps: int | None,
+    guidance: float | None,
+    negative_prompt: str | None,
+    images: tuple[Path, ...],
+    extras: tuple[str, ...],
+    pipeline: str | None,
+    device: str | None,
+    dtype: str | None,
+    attention_backend: str | None,
+    quiet: bool,
+    num_frames: int | None = None,
+    num_outputs: int = 1,
+) -> tuple[Any, float]:
+    import time
+
+    from pydantic import ValidationError
+
+    from omni_core.pipelines.base import GenerationRequest
+    from omni_core.pipelines.loading import find_pipeline, resolve_model_path
+    from omni_core.plugins import get_registry
+
+    height, width = parse_size(size, height, width)
+    fields: dict[str, Any] = {
+        "prompt": prompt,
+        "negative_prompt": negative_prompt,
+        "height": height,
+        "width": width,
+        "num_frames": num_frames,
+        "num_inference_steps": steps,
+        "guidance_scale": guidance,
+        "seed": seed,
+        "num_outputs": num_outputs,
+        "images": _load_images(images),
+        "extras": parse_extras(extras),
+    }
+    try:
+        request = GenerationRequest(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"])
+        raise InvalidRequestError(f"{param}: {first['msg']}", param=param) from None
+
+    # Before any weights: find the pipeline and let it check the request against the configs.
+    path = resolve_model_path(model)
+    spec = find_pipeline(get_registry(), path, pipeline)
+    if not spec.fallback and spec.modality != kind:
+        raise InvalidRequestError(
+            f"{model} is served by {spec.name!r}, a {spec.modality} pipeline; use "
+            f"`omni generate {spec.modality}`",
+            param="model",
+        )
+    request = spec.load().precheck(path, request)
+
+    from omni_core.api import Omni
+
+    if not quiet:
+        click.echo(f"loading {model} with {spec.name} ...", err=True)
+    started = time.perf_counter()
+    omni = Omni(
+        path,
+        pipeline=spec.name,
+        device=device,
+        dtype=dtype,
+        attention=attention_backend,
+    )
+    request = omni.pipeline.validate(request)
+    bar = _ProgressBar(quiet)
+    try:
+        (result,) = omni.run([request], progress=bar)
+    finally:
+        bar.close()
+    return result, time.perf_counter() - started
+
+
+class _ProgressBar:
+    """A click progress bar on stderr, created at the first step (when the total is known)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar: Any = None
+        self.done = 0
+
+    def __call__(self, request_id: str, done: int, total: int) -> None:
+        if self.quiet:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label="denoising", file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(done - self.done)
+        self.done = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+__all__ = ["OmniError", "generate", "parse_extras", "parse_size"]
