@@ -53,6 +53,12 @@ def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, s
               type=click.FloatRange(min=0, min_open=True), help="Largest accepted upload.")
 @click.option("--allowed-url-hosts", default="", show_default=False,
               help="Comma-separated hosts the server may fetch image URLs from (default: none).")
+@click.option("--max-steps", type=click.IntRange(1), default=None,
+              help="Reject requests with more denoising steps (400).")
+@click.option("--max-pixels", type=click.IntRange(1), default=None,
+              help="Reject images/videos larger than this many pixels per frame (400).")
+@click.option("--max-frames", type=click.IntRange(1), default=None,
+              help="Reject videos with more frames (400).")
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up request of each model.")
 @click.option("--warmup-request", default=None, metavar="JSON",
               help='Shared fields of the warm-up request of image/video models, e.g. '
@@ -63,6 +69,7 @@ def serve(models: tuple[str, ...], names: tuple[str, ...], host: str, port: int,
           api_key: str | None, state_dir: Path | None, max_batch: int, max_queue: int,
           request_timeout: float | None, device: str | None, dtype: str | None,
           attention_backend: str | None, max_upload_mb: float, allowed_url_hosts: str,
+          max_steps: int | None, max_pixels: int | None, max_frames: int | None,
           no_warmup: bool, warmup_request: str | None, log_level: str) -> None:
     """Serve MODEL(s) over an OpenAI-compatible HTTP API.
 
@@ -97,7 +104,8 @@ def serve(models: tuple[str, ...], names: tuple[str, ...], host: str, port: int,
             max_batch=max_batch, max_queue=max_queue, request_timeout_s=request_timeout,
             device=device, dtype=dtype, attention_backend=attention_backend,
             max_upload_mb=max_upload_mb, allowed_url_hosts=hosts, warmup=not no_warmup,
-            warmup_request=warmup_fields,
+            warmup_request=warmup_fields, max_steps=max_steps, max_pixels=max_pixels,
+            max_frames=max_frames,
             **({"state_dir": state_dir} if state_dir is not None else {}),
         )
     except ValueError as exc:  # pydantic's ValidationError

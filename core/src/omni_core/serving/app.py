@@ -94,6 +94,10 @@ class ServerConfig(BaseModel):
     max_images: int = Field(8, ge=1, le=64)
     allowed_url_hosts: tuple[str, ...] = ()
     request_timeout_s: float | None = Field(None, gt=0)
+    #: Operator limits on what one request may cost (checked after the pipeline's defaults).
+    max_steps: int | None = Field(None, ge=1)
+    max_pixels: int | None = Field(None, ge=1)
+    max_frames: int | None = Field(None, ge=1)
     warmup: bool = True
     #: Shared request fields of the warm-up of image and video models (e.g. a small size).
     warmup_request: dict[str, Any] = Field(default_factory=dict)
@@ -198,7 +202,7 @@ class ServerState:
         served.engine = engine.start()
         if self.config.warmup:
             try:
-                engine.run(warmup_request(omni.pipeline, self.config.warmup_request),
+                engine.run(warmup_request(omni.pipeline, self._warmup_fields(served)),
                            timeout=3600)
             except Exception as exc:
                 engine.stop(drain=False, timeout=5)
@@ -210,6 +214,19 @@ class ServerState:
         self.metrics.ready.labels(served.id).set(1)
         log.info("model %s ready (%s, %.1f s)", served.id, omni.spec.name,
                  time.perf_counter() - t0)
+
+    def _warmup_fields(self, served: ServedModel) -> dict[str, Any]:
+        """The configured warm-up fields that apply to this model (frames only for video; an
+        input image for edit-only models)."""
+        fields = dict(self.config.warmup_request)
+        if served.modality != "video":
+            fields.pop("num_frames", None)
+        if "t2i" not in served.tasks and "t2v" not in served.tasks and "images" not in fields:
+            from PIL import Image
+
+            size = (fields.get("width") or 64, fields.get("height") or 64)
+            fields["images"] = [Image.new("RGB", size, (128, 128, 128))]
+        return fields
 
     def _resume_queued(self) -> None:
         """Queued video jobs of a previous run start again once their model is ready."""
@@ -290,9 +307,26 @@ class ServerState:
             request = served.omni.request(**kwargs, **extras)
         except InvalidRequestError as exc:
             raise from_exception(exc) from None
+        self._check_limits(request)
         if request_id is not None:
             request = request.model_copy(update={"request_id": request_id})
         return request
+
+    def _check_limits(self, request: Any) -> None:
+        c = self.config
+        steps = request.num_inference_steps
+        if c.max_steps is not None and steps is not None and steps > c.max_steps:
+            raise invalid(f"num_inference_steps: {steps} is above this server's limit of "
+                          f"{c.max_steps}", "num_inference_steps")
+        if c.max_pixels is not None and request.width and request.height:
+            pixels = request.width * request.height
+            if pixels > c.max_pixels:
+                raise invalid(f"size: {request.width}x{request.height} is above this server's "
+                              f"limit of {c.max_pixels} pixels", "size")
+        frames = request.num_frames
+        if c.max_frames is not None and frames is not None and frames > c.max_frames:
+            raise invalid(f"num_frames: {frames} is above this server's limit of "
+                          f"{c.max_frames}", "num_frames")
 
     def submit(self, served: ServedModel, job: Job) -> Job:
         if self.stopping:

@@ -1,0 +1,204 @@
+"""One real server for the serving suite: uvicorn on 127.0.0.1 (a free port), started once per
+session with tiny random-weight checkpoints built by the model plugins' own builders.
+
+A modality whose plugin does not provide both a builder and a registered pipeline is skipped
+(never faked): the tests that need it are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+API_KEY = "test-key-123"
+#: Small enough for 2 shared CPU cores; every model accepts it.
+WAN_SIZE = {"width": 32, "height": 32, "num_frames": 5}
+QWEN_SIZE = {"width": 32, "height": 32}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Checkpoints:
+    """Tiny checkpoints by served id, and why a modality is missing."""
+
+    paths: dict[str, Path] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def _build(ckpts: Checkpoints, model_id: str, root: Path, module: str, builder: str,
+           **kwargs: Any) -> None:
+    """Build with the plugin's own builder; usable only if an installed pipeline claims it."""
+    import importlib
+
+    from omni_core.errors import ModelNotFoundError
+    from omni_core.pipelines.loading import find_pipeline
+    from omni_core.plugins import get_registry
+
+    try:
+        build = getattr(importlib.import_module(module), builder)
+    except (ImportError, AttributeError) as exc:
+        ckpts.missing[model_id] = f"{module}.{builder} is not available: {exc}"
+        return
+    path = build(root / model_id, **kwargs)
+    try:
+        find_pipeline(get_registry(), path)
+    except ModelNotFoundError as exc:
+        ckpts.missing[model_id] = f"no installed pipeline serves it yet: {exc}"
+        return
+    ckpts.paths[model_id] = path
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Checkpoints:
+    root = tmp_path_factory.mktemp("ckpts")
+    ckpts = Checkpoints()
+    _build(ckpts, "wan", root, "omni_wan.testing", "build_tiny_wan", variant="t2v")
+    _build(ckpts, "qwen", root, "omni_qwen.testing", "build_tiny_qwen_image", variant="t2i")
+    _build(ckpts, "qwen-edit", root, "omni_qwen.testing", "build_tiny_qwen_image",
+           variant="edit-plus")
+    _build(ckpts, "tts", root, "omni_tts.testing", "build_tiny_tts", family="vits")
+    if not ckpts.paths:
+        pytest.skip(f"no model plugin is ready: {ckpts.missing}")
+    return ckpts
+
+
+@dataclass
+class LiveServer:
+    """A running server and what it serves."""
+
+    url: str
+    app: Any
+    server: Any
+    thread: threading.Thread
+    state_dir: Path
+    checkpoints: Checkpoints
+    api_key: str | None = API_KEY
+
+    @property
+    def state(self) -> Any:
+        return self.app.state.omni
+
+    def has(self, model_id: str) -> bool:
+        return model_id in self.checkpoints.paths
+
+    def need(self, model_id: str) -> None:
+        if not self.has(model_id):
+            pytest.skip(f"{model_id}: {self.checkpoints.missing.get(model_id)}")
+
+    def http(self, **kwargs: Any) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=120, **kwargs)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(60)
+
+
+def start_server(config: Any, checkpoints: Checkpoints, state_dir: Path,
+                 timeout: float = 300.0) -> LiveServer:
+    """uvicorn.Server on a thread (one process: imports are paid once), ready when /health is."""
+    import uvicorn
+
+    from omni_core.serving import create_app
+
+    app = create_app(config)
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port,
+                                           log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, name="omni-test-server", daemon=True)
+    thread.start()
+    url = f"http://{config.host}:{config.port}"
+    live = LiveServer(url=url, app=app, server=server, thread=thread, state_dir=state_dir,
+                      checkpoints=checkpoints, api_key=config.api_key)
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = httpx.get(f"{url}/health", timeout=5)
+            if last.status_code == 200:
+                return live
+            if any(s == "failed" for s in last.json().get("models", {}).values()):
+                break
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.2)
+    live.stop()
+    raise RuntimeError(f"server did not become healthy: {getattr(last, 'text', last)}")
+
+
+def server_config(checkpoints: Checkpoints, state_dir: Path, **overrides: Any) -> Any:
+    from omni_core.serving import ServerConfig
+
+    fields: dict[str, Any] = {
+        "models": [{"id": k, "path": str(v)} for k, v in checkpoints.paths.items()],
+        "host": "127.0.0.1",
+        "port": free_port(),
+        "api_key": API_KEY,
+        "state_dir": state_dir,
+        "max_batch": 4,
+        "max_queue": 16,
+        "max_upload_mb": 1.0,
+        "max_steps": 50,
+        "max_pixels": 64 * 64,
+        "max_frames": 9,
+        "warmup_request": {**WAN_SIZE, "num_inference_steps": 2},
+    }
+    fields.update(overrides)
+    return ServerConfig(**fields)
+
+
+@pytest.fixture(scope="session")
+def live_server(checkpoints: Checkpoints, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[LiveServer]:
+    import torch
+
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    state_dir = tmp_path_factory.mktemp("state")
+    live = start_server(server_config(checkpoints, state_dir), checkpoints, state_dir)
+    yield live
+    live.stop()
+
+
+@pytest.fixture(scope="session")
+def openai_client(live_server: LiveServer) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=API_KEY, max_retries=0,
+                         timeout=120)
+
+
+@pytest.fixture()
+def http(live_server: LiveServer) -> Iterator[httpx.Client]:
+    with live_server.http() as client:
+        yield client
+
+
+def _wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture(scope="session")
+def wait_for() -> Callable[..., Any]:
+    """Poll ``predicate`` until it returns something truthy (or fail after ``timeout``)."""
+    return _wait_for
