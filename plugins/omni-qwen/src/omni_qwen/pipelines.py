@@ -61,8 +61,9 @@ _EDIT_SYSTEM = (
     "maintaining consistency with the original input where appropriate.<|im_end|>\n"
     "<|im_start|>user\n"
 )
-EDIT_TEMPLATE = _EDIT_SYSTEM + "<|vision_start|><|image_pad|><|vision_end|>{}<|im_end|>\n<|im_start|>assistant\n"
-EDIT_PLUS_TEMPLATE = _EDIT_SYSTEM + "{}<|im_end|>\n<|im_start|>assistant\n"
+_ASSISTANT = "<|im_end|>\n<|im_start|>assistant\n"
+EDIT_TEMPLATE = _EDIT_SYSTEM + "<|vision_start|><|image_pad|><|vision_end|>{}" + _ASSISTANT
+EDIT_PLUS_TEMPLATE = _EDIT_SYSTEM + "{}" + _ASSISTANT
 _PICTURE = "Picture {}: <|vision_start|><|image_pad|><|vision_end|>"
 
 #: Output area edits default to (and Edit-2509's VAE input area); Edit-2509's text-encoder area.
@@ -84,6 +85,8 @@ class QwenLayout:
     class_name: str
     vae_scale_factor: int
     latent_channels: int
+    #: 2 when the scheduler stretches sigmas to a terminal value (one step divides by zero).
+    min_steps: int = 1
 
     @property
     def multiple(self) -> int:
@@ -96,6 +99,7 @@ class QwenLayout:
             index = json.loads((path / "model_index.json").read_text())
             vae = json.loads((path / "vae" / "config.json").read_text())
             transformer = json.loads((path / "transformer" / "config.json").read_text())
+            scheduler = json.loads((path / "scheduler" / "scheduler_config.json").read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ModelNotFoundError(f"{path}: not a Qwen-Image checkpoint ({exc})") from exc
         return cls(
@@ -103,6 +107,7 @@ class QwenLayout:
             class_name=str(index.get("_class_name", "")),
             vae_scale_factor=2 ** len(vae.get("temperal_downsample", [False, True, True])),
             latent_channels=int(transformer.get("in_channels", 64)) // 4,
+            min_steps=2 if scheduler.get("shift_terminal") else 1,
         )
 
 
@@ -188,6 +193,10 @@ def _image_digest(image: Any) -> str:
     digest = hashlib.blake2b(image.tobytes(), digest_size=16)
     digest.update(f"{image.mode}{image.size}".encode())
     return digest.hexdigest()
+
+
+#: One input image of an edit: (image for the VAE, image for the text encoder, VAE size (w, h)).
+Condition = tuple[Any, Any, tuple[int, int]]
 
 
 # -- the state of one request --------------------------------------------------------------------
@@ -360,6 +369,13 @@ class QwenImagePipeline(StagedPipeline):
                     "1328x1328, 1664x928, 928x1664, 1472x1140, 1140x1472, 1584x1056, 1056x1584",
                     param="size",
                 )
+        steps = request.num_inference_steps or _DEFAULT_STEPS
+        if steps < layout.min_steps:
+            raise InvalidRequestError(
+                f"num_inference_steps={steps}: this checkpoint's scheduler (shift_terminal) needs "
+                f"at least {layout.min_steps} steps",
+                param="num_inference_steps",
+            )
         scale = request.guidance_scale
         if extras.true_cfg_scale is not None:
             if scale is not None and scale != extras.true_cfg_scale:
@@ -376,7 +392,7 @@ class QwenImagePipeline(StagedPipeline):
                 "width": width,
                 "num_frames": None,
                 "guidance_scale": _DEFAULT_CFG if scale is None else scale,
-                "num_inference_steps": request.num_inference_steps or _DEFAULT_STEPS,
+                "num_inference_steps": steps,
                 "extras": {**extras.model_dump(), "true_cfg_scale": None},
             }
         )
@@ -512,7 +528,7 @@ class QwenImagePipeline(StagedPipeline):
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _conditions(self, images: list[Any]) -> list[tuple[Any, Any, tuple[int, int]]]:
+    def _conditions(self, images: list[Any]) -> list[Condition]:
         """(original, text-encoder image, VAE size (w, h)) per input image; none for t2i."""
         return []
 
@@ -520,7 +536,7 @@ class QwenImagePipeline(StagedPipeline):
         return self.template.format(prompt)
 
     def _encode(
-        self, prompt: str, conditions: list[tuple[Any, Any, tuple[int, int]]], extras: QwenImageExtras
+        self, prompt: str, conditions: list[Condition], extras: QwenImageExtras
     ) -> torch.Tensor:
         """Prompt embeddings ``[1, L, D]`` (system prefix dropped), through the LRU cache."""
         key = (
@@ -610,14 +626,14 @@ class QwenImagePipeline(StagedPipeline):
 
 
 class QwenImageEditPipeline(QwenImagePipeline):
-    """Qwen-Image-Edit: one input image plus an instruction (diffusers' ``QwenImageEditPipeline``)."""
+    """Qwen-Image-Edit: one input image and an instruction (diffusers' QwenImageEditPipeline)."""
 
     image_range = (1, 1)
     template = EDIT_TEMPLATE
     drop_tokens = 64
     family = "qwen-image-edit"
 
-    def _conditions(self, images: list[Any]) -> list[tuple[Any, Any, tuple[int, int]]]:
+    def _conditions(self, images: list[Any]) -> list[Condition]:
         (image,) = images
         width, height = _calculate_dimensions(_EDIT_AREA, image.width / image.height)
         resized = self.image_processor.resize(image, height, width)
@@ -625,14 +641,14 @@ class QwenImageEditPipeline(QwenImagePipeline):
 
 
 class QwenImageEditPlusPipeline(QwenImagePipeline):
-    """Qwen-Image-Edit-2509: one to three input images (diffusers' ``QwenImageEditPlusPipeline``)."""
+    """Qwen-Image-Edit-2509: one to three input images (diffusers' QwenImageEditPlusPipeline)."""
 
     image_range = (1, 3)
     template = EDIT_PLUS_TEMPLATE
     drop_tokens = 64
     family = "qwen-image-edit-plus"
 
-    def _conditions(self, images: list[Any]) -> list[tuple[Any, Any, tuple[int, int]]]:
+    def _conditions(self, images: list[Any]) -> list[Condition]:
         result = []
         for image in images:
             ratio = image.width / image.height
