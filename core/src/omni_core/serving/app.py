@@ -404,6 +404,8 @@ class ServerState:
         log.info("video job %s %s", job_id, status)
 
 
+_FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+
 # -- helpers ------------------------------------------------------------------------------------
 
 
@@ -659,7 +661,7 @@ def _image_routes(router: APIRouter, state: ServerState) -> None:
                                           files={"image": True}))
     async def edits(request: Request) -> dict[str, Any]:
         ctype = request.headers.get("content-type", "")
-        if not ctype.startswith("multipart/form-data"):
+        if not ctype.startswith(_FORM_TYPES):
             raise APIError(415, "images/edits takes multipart/form-data with 'image' files",
                            code="unsupported_media_type")
         form = await _read_form(request, state)
@@ -717,7 +719,7 @@ def _video_routes(router: APIRouter, state: ServerState) -> None:
     async def create_video(request: Request) -> dict[str, Any]:
         ctype = request.headers.get("content-type", "")
         image_bytes: bytes | None = None
-        if ctype.startswith("multipart/form-data"):
+        if ctype.startswith(_FORM_TYPES):
             form = await _read_form(request, state)
             try:
                 upload = form.get("input_reference")
