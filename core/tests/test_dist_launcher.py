@@ -46,7 +46,8 @@ def test_launcher_lifecycle_and_dead_worker() -> None:
         assert launcher.run(["again"], timeout_s=120)["payload"] == ["again"]
 
         # A worker dies mid-request: the request fails with a clear error, /health turns bad.
-        with pytest.raises(WorkerDiedError, match=r"worker rank 1 \(pid \d+\) died with exit code 7"):
+        died = r"worker rank 1 \(pid \d+\) died with exit code 7"
+        with pytest.raises(WorkerDiedError, match=died):
             launcher.run("die", timeout_s=120)
         assert not launcher.healthy
         assert "rank 1" in (launcher.health_reason or "")

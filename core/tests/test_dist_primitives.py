@@ -37,7 +37,8 @@ def test_ulysses_self_attention_matches_single_process(group_result) -> None:
 
 def test_ulysses_joint_attention_with_replicated_text(group_result) -> None:
     errors = group_result[0]["errors"]
-    for name in ("joint_text", "joint_image", "joint_masked_text", "joint_masked_image"):
+    names = ("joint_text", "joint_image", "joint_masked_text", "joint_masked_image")
+    for name in (*names, "joint_local_mask"):
         assert errors[name] < 1e-5, name
 
 

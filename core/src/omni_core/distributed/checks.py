@@ -104,6 +104,18 @@ class PrimitiveChecks(WorkerProgram):
             got = sp.attention(sdpa)(*local, attn_mask=m)
             out[f"{name}_text"] = (got[:, :t] - ref[:, :t]).abs().max().item()
             out[f"{name}_image"] = (sp.gather(got[:, t:]) - ref[:, t:]).abs().max().item()
+        # Qwen-Image's processor builds the key mask from its local view: [text mask, ones].
+        local_mask = torch.cat(
+            [mask[..., :t], torch.ones(b, 1, 1, sp.local_len, dtype=torch.bool, device=device)],
+            dim=-1,
+        )
+        ref = sdpa(*full, attn_mask=mask)
+        local = [torch.cat([a, sp.shard(c)], dim=1) for a, c in zip(txt, img, strict=True)]
+        got = sp.attention(sdpa)(*local, attn_mask=local_mask)
+        out["joint_local_mask"] = max(
+            (got[:, :t] - ref[:, :t]).abs().max().item(),
+            (sp.gather(got[:, t:]) - ref[:, t:]).abs().max().item(),
+        )
 
         # Through the router: joint goes through Ulysses, cross stays local.
         router = sp.router(AttentionRouter(

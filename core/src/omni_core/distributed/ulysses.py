@@ -87,6 +87,24 @@ def heads_to_seq(x: torch.Tensor, sizes: list[int], rank: int, group: Any) -> to
     return out.reshape(b, s_local, hp * parts, d)
 
 
+def gather_sequence(x: torch.Tensor, sizes: list[int], group: Any, dim: int = 1) -> torch.Tensor:
+    """Concatenate every rank's shard along ``dim`` (shards of ``sizes``, in rank order)."""
+    import torch
+    import torch.distributed as dist
+
+    longest = max(sizes)
+    as_bool = x.dtype == torch.bool
+    x = (x.to(torch.uint8) if as_bool else x).contiguous()  # gloo has no bool collectives
+    if x.shape[dim] < longest:  # uneven: pad to a common size, trim after the gather
+        pad_shape = list(x.shape)
+        pad_shape[dim] = longest - x.shape[dim]
+        x = torch.cat([x, x.new_zeros(pad_shape)], dim=dim)
+    chunks = [torch.empty_like(x) for _ in sizes]
+    dist.all_gather(chunks, x, group=group)
+    out = torch.cat([c.narrow(dim, 0, n) for c, n in zip(chunks, sizes, strict=True)], dim=dim)
+    return out.bool() if as_bool else out
+
+
 def _head_slice(x: torch.Tensor, rank: int, parts: int) -> torch.Tensor:
     hp = x.shape[2] // parts
     return x[:, :, rank * hp : (rank + 1) * hp]
@@ -132,6 +150,8 @@ def ulysses_attention(
     ``attn_mask`` (optional) must be laid out for the *full* joint sequence
     (``replicated_prefix + sum(sizes)`` keys), as the single-process call would pass it.
     """
+    import torch
+
     parts = len(sizes)
     heads = q.shape[2]
     if heads % parts or k.shape[2] % parts:
@@ -139,11 +159,18 @@ def ulysses_attention(
             f"ulysses: {heads} heads do not split over a group of {parts} ranks"
         )
     full = replicated_prefix + sum(sizes)
+    local = replicated_prefix + sizes[rank]
     if attn_mask is not None and attn_mask.shape[-1] not in (1, full):
-        raise DistributedError(
-            f"ulysses: attn_mask covers {attn_mask.shape[-1]} keys; it must cover the full "
-            f"joint sequence of {full} keys (build it as the single-process call would)"
-        )
+        if attn_mask.shape[-1] != local or attn_mask.shape[-2] != 1:
+            raise DistributedError(
+                f"ulysses: attn_mask covers {attn_mask.shape[-1]} keys; it must cover the full "
+                f"joint sequence ({full} keys) or, as a key-padding mask, this rank's "
+                f"{local} keys"
+            )
+        # A key-padding mask built from the local view (e.g. Qwen-Image's processor builds
+        # [text mask, ones(local image)]): its shard columns are gathered from every rank.
+        shard_cols = gather_sequence(attn_mask[..., replicated_prefix:], sizes, group, dim=-1)
+        attn_mask = torch.cat([attn_mask[..., :replicated_prefix], shard_cols], dim=-1)
     t = replicated_prefix
     if t:
         qt, kt, vt = (_head_slice(x[:, :t], rank, parts) for x in (q, k, v))
@@ -233,21 +260,9 @@ class SequenceParallel:
 
     def gather(self, x: torch.Tensor, dim: int = 1) -> torch.Tensor:
         """The full sequence from every rank's shard (inverse of :meth:`shard`)."""
-        import torch
-        import torch.distributed as dist
-
-        sizes = self.sizes
-        if sizes is None:
+        if self.sizes is None:
             raise DistributedError("ulysses: gather() before shard()")
-        longest = max(sizes)
-        x = x.contiguous()
-        if x.shape[dim] < longest:  # uneven: pad to a common size, trim after the gather
-            pad_shape = list(x.shape)
-            pad_shape[dim] = longest - x.shape[dim]
-            x = torch.cat([x, x.new_zeros(pad_shape)], dim=dim)
-        chunks = [torch.empty_like(x) for _ in range(self.world_size)]
-        dist.all_gather(chunks, x, group=self.group)
-        return torch.cat([c.narrow(dim, 0, n) for c, n in zip(chunks, sizes, strict=True)], dim=dim)
+        return gather_sequence(x, self.sizes, self.group, dim)
 
     # -- attention ------------------------------------------------------------------------------
     def attention(self, inner: AttentionFn) -> AttentionFn:

@@ -1,0 +1,211 @@
+"""Make a diffusers denoiser parallel in a few lines: ``parallelize_denoiser(model)``.
+
+Inside a worker (where :func:`~omni_core.distributed.groups.current_parallel_state` is set):
+
+- **Ulysses** (``ulysses_degree > 1``): hooks shard the hidden states along the sequence
+  before the first transformer block and gather them after the last one, slicing every
+  per-token side input (rotary embeddings, Wan2.2-TI2V's per-token timestep embedding,
+  Qwen-Image-Edit's ``modulate_index``) the same way; self/joint attention is rerouted
+  through :class:`~omni_core.distributed.ulysses.SequenceParallel` (text tokens replicated),
+  cross attention stays local. A plan per diffusers class says where to cut
+  (:data:`SEQUENCE_PLANS`; plugins may add theirs with :func:`register_sequence_plan`).
+- **CFG-parallel** (``cfg_parallel_size == 2``): :class:`BatchSplitParallel` wraps the model.
+  Pipelines that batch ``[cond; uncond]`` rows into one forward keep doing so; each cfg rank
+  runs one half of the rows and the halves are all-gathered. (A batch with an odd number of
+  rows, e.g. no CFG and one request, runs whole on both ranks: same result, no speed-up.)
+  Pipelines that run the branches as separate forwards call
+  :func:`~omni_core.distributed.cfg.cfg_parallel_forward` instead.
+
+Fidelity: every rank runs exactly the single-process math on its part; Ulysses attention is
+exact. The cfg halves run as batch-B forwards instead of one batch-2B forward, which can change
+the lowest bits of matmuls (kernels tile differently per batch size); see the docs.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from omni_core.distributed.errors import DistributedError
+from omni_core.distributed.groups import ParallelState, current_parallel_state
+from omni_core.distributed.ulysses import SequenceParallel, sequence_parallel_blocks
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from omni_core.attention import AttentionRouter
+
+
+@dataclass(frozen=True)
+class SequencePlan:
+    """Where to cut one transformer class: its block list and how to shard a block's inputs."""
+
+    blocks: str
+    shard_inputs: Callable[..., tuple[tuple, dict]]
+    gather_output: Callable[[SequenceParallel, Any], Any]
+
+
+def _wan_shard(sp: SequenceParallel, args: tuple, kwargs: dict, first: bool) -> tuple:
+    # WanTransformerBlock(hidden_states, encoder_hidden_states, temb, rotary_emb), positional.
+    hidden, text, temb, rope = args
+    if first:
+        hidden = sp.shard(hidden, dim=1)
+    if temb.ndim == 4:  # Wan2.2 TI2V: one timestep embedding per token [B, S, 6, D]
+        temb = sp.slice(temb, dim=1)
+    if rope is not None:  # (cos, sin), each [1, S, 1, D], computed for the full sequence
+        rope = tuple(sp.slice(r, dim=1) for r in rope)
+    return (hidden, text, temb, rope), kwargs
+
+
+def _wan_gather(sp: SequenceParallel, output: Any) -> Any:
+    return sp.gather(output, dim=1)
+
+
+def _qwen_shard(sp: SequenceParallel, args: tuple, kwargs: dict, first: bool) -> tuple:
+    # QwenImageTransformerBlock is called with keywords; text stays replicated.
+    kwargs = dict(kwargs)
+    if first:
+        kwargs["hidden_states"] = sp.shard(kwargs["hidden_states"], dim=1)
+    rope = kwargs.get("image_rotary_emb")
+    if rope is not None:  # (image freqs [S_img, D/2], text freqs): only the image part is cut
+        kwargs["image_rotary_emb"] = (sp.slice(rope[0], dim=0), rope[1])
+    index = kwargs.get("modulate_index")
+    if index is not None:  # Qwen-Image-Edit-2511 zero_cond_t: [B, S_img]
+        kwargs["modulate_index"] = sp.slice(index, dim=1)
+    return args, kwargs
+
+
+def _qwen_gather(sp: SequenceParallel, output: Any) -> Any:
+    text, image = output
+    return text, sp.gather(image, dim=1)
+
+
+SEQUENCE_PLANS: dict[str, SequencePlan] = {
+    "WanTransformer3DModel": SequencePlan("blocks", _wan_shard, _wan_gather),
+    "QwenImageTransformer2DModel": SequencePlan("transformer_blocks", _qwen_shard, _qwen_gather),
+}
+
+
+def register_sequence_plan(class_name: str, plan: SequencePlan) -> None:
+    """Teach :func:`parallelize_denoiser` another transformer class (model plugins call this)."""
+    SEQUENCE_PLANS[class_name] = plan
+
+
+def _dynamic_router() -> AttentionRouter:
+    from omni_core.attention import ROLES, AttentionRouter, dispatch_attention
+
+    return AttentionRouter(
+        functions={r: functools.partial(dispatch_attention, role=r) for r in ROLES},
+        names={r: "dispatch" for r in ROLES},
+    )
+
+
+class BatchSplitParallel:
+    """Run half of a batch on each rank of a 2-rank group and all-gather the outputs.
+
+    Every tensor argument whose first dimension equals the batch rows of ``hidden_states`` is
+    split; everything else passes through. Attribute access (``dtype``, ``config``...) reaches
+    the wrapped model, so pipelines keep using it as the model.
+    """
+
+    def __init__(self, model: Any, group: Any) -> None:
+        import torch.distributed as dist
+
+        self.model = model
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        from omni_core.distributed.cfg import cfg_parallel_forward
+
+        hidden = kwargs.get("hidden_states", args[0] if args else None)
+        if not isinstance(hidden, torch.Tensor):
+            raise DistributedError("BatchSplitParallel: hidden_states must be a tensor")
+        rows = hidden.shape[0]
+        if rows % self.size:
+            return self.model(*args, **kwargs)
+        half = rows // self.size
+
+        def part(i: int) -> tuple[tuple, dict]:
+            def cut(v: Any) -> Any:
+                if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == rows:
+                    return v[i * half : (i + 1) * half]
+                return v
+
+            return tuple(cut(a) for a in args), {k: cut(v) for k, v in kwargs.items()}
+
+        box: dict[str, Any] = {}
+
+        def forward(a: tuple, kw: dict) -> torch.Tensor:
+            out = self.model(*a, **kw)
+            box["out"] = out
+            return _first_tensor(out)
+
+        first, second = cfg_parallel_forward(forward, part(0), part(1), self.group)
+        return _rebuild(box["out"], torch.cat([first, second]))
+
+
+def _first_tensor(out: Any) -> Any:
+    if isinstance(out, tuple):
+        return out[0]
+    sample = getattr(out, "sample", None)
+    return sample if sample is not None else out
+
+
+def _rebuild(template: Any, full: Any) -> Any:
+    if isinstance(template, tuple):
+        return (full, *template[1:])
+    if getattr(template, "sample", None) is not None:
+        return type(template)(sample=full)
+    return full
+
+
+def parallelize_denoiser(
+    model: torch.nn.Module,
+    router: AttentionRouter | None = None,
+    *,
+    state: ParallelState | None = None,
+) -> Any:
+    """Return ``model`` ready for this rank's layout (unchanged when running alone).
+
+    ``router`` is the pipeline's attention router (``options.attention``); Ulysses wraps its
+    self and joint roles. Call it once per denoiser after loading (and after any
+    ``route_attention``), then use the returned object wherever the model was used.
+    """
+    state = state if state is not None else current_parallel_state()
+    if state is None or state.world_size == 1:
+        return model
+    if state.sequence_parallel:
+        name = type(model).__name__
+        plan = SEQUENCE_PLANS.get(name)
+        if plan is None:
+            raise DistributedError(
+                f"ulysses_degree={state.layout.ulysses_degree}: no sequence-parallel plan for "
+                f"{name}; known: {', '.join(sorted(SEQUENCE_PLANS))}"
+            )
+        heads = getattr(getattr(model, "config", None), "num_attention_heads", None)
+        if heads is not None and heads % state.layout.ulysses_degree:
+            raise DistributedError(
+                f"ulysses_degree={state.layout.ulysses_degree} does not divide {name}'s "
+                f"{heads} attention heads"
+            )
+        from omni_core.pipelines.diffusers_attention import route_attention
+
+        sp = SequenceParallel(state.ulysses_group)
+        route_attention(model, sp.router(router or _dynamic_router()))
+        blocks = getattr(model, plan.blocks)
+        model._omni_sp_hooks = sequence_parallel_blocks(  # type: ignore[attr-defined]
+            blocks, sp, plan.shard_inputs, plan.gather_output
+        )
+        model._omni_sequence_parallel = sp  # type: ignore[attr-defined]
+    if state.cfg_parallel:
+        return BatchSplitParallel(model, state.cfg_group)
+    return model
