@@ -114,7 +114,7 @@ def _write_mp4(handle: Any, video: Any, fps: int, *, crf: int = 18, preset: str 
     import numpy as np
 
     array = _check_video(video)
-    frames, height, width, _ = array.shape
+    _, height, width, _ = array.shape
     # yuv420p needs even sizes: pad by repeating the last row / column.
     pad_h, pad_w = height % 2, width % 2
     if pad_h or pad_w:

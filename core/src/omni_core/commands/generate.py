@@ -272,7 +272,17 @@ def _run(
         )
     request = spec.load().precheck(path, request)
 
-    from omni_core.api import Omni
+    from omni_core.api import Omni, _as_config, parse_dtype
+    from omni_core.attention import AttentionRouter
+    from omni_core.config import AttentionConfig
+    from omni_core.platforms import current_platform
+
+    # Options Omni would reject only after a moment's work: check them now, loudly.
+    platform = current_platform()
+    parse_dtype(dtype, "float32")
+    AttentionRouter.build(
+        _as_config(attention_backend, AttentionConfig, "attention"), get_registry(), platform
+    )
 
     if not quiet:
         click.echo(f"loading {model} with {spec.name} ...", err=True)
