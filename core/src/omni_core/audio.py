@@ -515,11 +515,19 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, target)
+        publish_file(Path(tmp), target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def publish_file(tmp: Path, target: Path) -> None:
+    """Give a finished temp file the usual permissions (mkstemp makes 0600) and rename it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    os.replace(tmp, target)
 
 
 class StreamEncoder:

@@ -49,14 +49,25 @@ class CsmExtras(BaseModel):
     )
 
 
-class _FrameStreamer:
-    """generate()'s streamer hook: the first put is the prompt, each later put one frame."""
+class _Cancelled(Exception):
+    """Raised inside generate() (through the streamer) when the consumer went away."""
 
-    def __init__(self, out: queue.Queue[Any]) -> None:
+
+class _FrameStreamer:
+    """generate()'s streamer hook: the first put is the prompt, each later put one frame.
+
+    CSM's generate ignores custom stopping criteria, so cancellation (the client stopped
+    reading) is signalled by raising from :meth:`put`, which ends generate() at the next frame.
+    """
+
+    def __init__(self, out: queue.Queue[Any], cancel: threading.Event) -> None:
         self.out = out
+        self.cancel = cancel
         self._prompt_seen = False
 
     def put(self, value: Any) -> None:
+        if self.cancel.is_set():
+            raise _Cancelled
         if not self._prompt_seen:
             self._prompt_seen = True
             return
@@ -112,19 +123,11 @@ class CsmPipeline(TransformersSpeechPipeline):
         return self.to_numpy(audio[0, 0, (start - lo) * self.hop :])
 
     def synthesize(self, request: GenerationRequest) -> Iterator[Any]:
-        from transformers import StoppingCriteria, StoppingCriteriaList
-
         extras = request.extras
         seed = request_seed(request)
         inputs = self.prompt(request)
         frames_q: queue.Queue[Any] = queue.Queue()
         cancel = threading.Event()
-
-        class _Cancel(StoppingCriteria):
-            def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-                import torch
-
-                return torch.full((input_ids.shape[0],), cancel.is_set(), dtype=torch.bool)
 
         kwargs: dict[str, Any] = {}
         if extras["max_new_tokens"] is not None:
@@ -135,10 +138,11 @@ class CsmPipeline(TransformersSpeechPipeline):
                 with self.seeded(seed):
                     self.model.generate(
                         **inputs,
-                        streamer=_FrameStreamer(frames_q),
-                        stopping_criteria=StoppingCriteriaList([_Cancel()]),
+                        streamer=_FrameStreamer(frames_q, cancel),
                         **kwargs,
                     )
+            except _Cancelled:
+                pass
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
                 frames_q.put(exc)
             finally:

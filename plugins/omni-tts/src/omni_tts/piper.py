@@ -163,7 +163,9 @@ class PiperPipeline(StreamingSpeechPipeline):
             raise ModelNotFoundError(f"{folder} holds no Piper voice (<voice>.onnx + .onnx.json)")
         if default is not None and default not in files:
             raise ModelNotFoundError(f"{folder} has no Piper voice {default!r}")
-        return cls(folder, files, default or next(iter(files)), options)
+        pipeline = cls(folder, files, default or next(iter(files)), options)
+        pipeline._voice(pipeline.default)  # load the ONNX session now, not on the first request
+        return pipeline
 
     def voices(self) -> list[Voice]:
         out: list[Voice] = []

@@ -1,0 +1,208 @@
+"""`omni generate speech` and `omni voices`.
+
+``omni generate speech "Hello from omni" -o hello.wav`` speaks with the default speech model
+(the Piper voice that ``omni-tts[piper]`` installs; no download). ``--model`` takes a checkpoint
+folder, a Hub id, a Piper voice folder or ``.onnx`` file; ``--voice`` one of ``omni voices``.
+Text, format, sample rate and speed are checked before the model loads (exit code 2), and the
+output file appears only once it is complete (written to a temp file, then renamed).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from omni_core.errors import InvalidRequestError, OmniError
+
+
+def _load(model: str | None, device: str | None, dtype: str | None, quiet: bool) -> Any:
+    from omni_core import audio
+    from omni_core.api import Omni
+
+    ref, kwargs = audio.resolve_speech_model(model)
+    if not quiet:
+        click.echo(f"loading {model or audio.DEFAULT_SPEECH_MODEL} ...", err=True)
+    omni = Omni(ref, device=device, dtype=dtype, **kwargs)
+    if omni.spec.modality != "speech":
+        raise InvalidRequestError(
+            f"{model} is served by {omni.spec.name!r}, a {omni.spec.modality} pipeline; use "
+            f"`omni generate {omni.spec.modality}`",
+            param="model",
+        )
+    return omni
+
+
+@click.command("speech")
+@click.argument("text")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default="speech.wav",
+    show_default=True,
+    help="Audio file; '-' writes the encoded stream to stdout.",
+)
+@click.option("--model", help="Checkpoint folder, Hub id, Piper voice (default: piper).")
+@click.option("--voice", help="Voice id (see `omni voices`).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["wav", "pcm", "flac", "mp3"], case_sensitive=False),
+    help="Output format (default: from the file suffix, else wav).",
+)
+@click.option("--sample-rate", type=int, help="Output sample rate in Hz (default: the model's).")
+@click.option("--speed", type=click.FloatRange(0.25, 4.0), default=1.0, show_default=True)
+@click.option("--stream", is_flag=True, help="Write audio as it is generated.")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), help="Sampling seed.")
+@click.option(
+    "--extra",
+    "extras",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Pipeline extra (repeatable); VALUE is parsed as JSON when it can be.",
+)
+@click.option("--device", help="torch device (default: the platform's).")
+@click.option("--dtype", help="bfloat16, float16 or float32.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+def generate_speech(
+    text: str,
+    output: str,
+    model: str | None,
+    voice: str | None,
+    fmt: str | None,
+    sample_rate: int | None,
+    speed: float,
+    stream: bool,
+    seed: int | None,
+    extras: tuple[str, ...],
+    device: str | None,
+    dtype: str | None,
+    quiet: bool,
+) -> None:
+    """Speak TEXT and write it to --output (wav, pcm, flac or mp3)."""
+    from omni_core import audio
+    from omni_core.commands.generate import parse_extras
+
+    # Everything checkable without the model, first.
+    to_stdout = output == "-"
+    try:
+        fmt = (fmt or "wav").lower() if to_stdout else audio.format_for_path(output, fmt)
+    except InvalidRequestError as exc:
+        raise click.BadParameter(exc.message, param_hint="--format/--output") from None
+    try:
+        audio.check_sample_rate(sample_rate)
+        if sample_rate is not None:
+            audio.check_format(fmt, sample_rate)
+    except InvalidRequestError as exc:
+        raise click.BadParameter(exc.message, param_hint="--sample-rate") from None
+    audio.check_text(text)
+    kwargs: dict[str, Any] = {"speed": speed, **parse_extras(extras)}
+    for key, value in (("voice", voice), ("sample_rate", sample_rate), ("seed", seed)):
+        if value is not None:
+            kwargs[key] = value
+
+    omni = _load(model, device, dtype, quiet)
+    request = omni.request(text, **kwargs)  # voice, extras: checked before any compute
+    rate = request.sample_rate or omni.pipeline.sample_rate
+    if fmt == "mp3" and rate not in audio.MP3_SAMPLE_RATES:
+        raise click.BadParameter(
+            f"mp3 cannot carry {rate} Hz; pass --sample-rate", param_hint="--sample-rate"
+        )
+    started = time.perf_counter()
+    first: float | None = None
+    samples = 0
+    if stream or to_stdout:
+        encoder = audio.StreamEncoder(fmt, rate)
+        sink, tmp = _open_sink(output)
+        try:
+            for chunk in omni.pipeline.stream(request):
+                if first is None:
+                    first = time.perf_counter() - started
+                samples += len(chunk.samples)
+                sink.write(encoder.encode(chunk.samples))
+                sink.flush()
+            sink.write(encoder.close())
+            sink.flush()
+            if tmp is not None:
+                sink.close()
+                audio.publish_file(tmp, Path(output))
+        except BaseException:
+            if tmp is not None:
+                sink.close()
+                tmp.unlink(missing_ok=True)
+            raise
+        if samples == 0:
+            raise OmniError("the model produced no audio")
+    else:
+        from omni_core.api import _collect_speech
+
+        result = _collect_speech(omni.pipeline, request)
+        first = result.timings.get("time_to_first_audio_s")
+        samples = len(result.audio)
+        audio.write_audio(output, result.audio, result.sample_rate, fmt)
+    elapsed = time.perf_counter() - started
+    seconds = samples / rate
+    if not quiet:
+        click.echo(
+            f"wrote {'stdout' if to_stdout else output} ({seconds:.2f} s at {rate} Hz, {fmt}; "
+            f"first audio after {first or 0.0:.3f} s; real-time factor "
+            f"{elapsed / max(seconds, 1e-9):.3f})",
+            err=True,
+        )
+
+
+def _open_sink(output: str) -> tuple[Any, Path | None]:
+    """stdout, or a temp file beside ``output`` that is renamed into place when complete."""
+    if output == "-":
+        return sys.stdout.buffer, None
+    import tempfile
+
+    target = Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle = tempfile.NamedTemporaryFile(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".part", delete=False
+    )
+    return handle, Path(handle.name)
+
+
+@click.command("voices")
+@click.option("--model", help="List this model's voices (default: the default speech model).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def voices(model: str | None, as_json: bool) -> None:
+    """List the voices of a speech model (by default, the installed default voice)."""
+    import json
+
+    from omni_core.plugins import get_registry
+
+    speech = sorted(s.name for s in get_registry().pipelines.values() if s.modality == "speech")
+    if not speech:
+        raise OmniError("no speech pipeline is installed (pip install omni-tts)")
+    omni = _load(model, None, None, quiet=True)
+    rows = [
+        {
+            "id": v.id,
+            "name": v.name or v.id,
+            "language": v.language,
+            "description": v.description,
+            "pipeline": omni.spec.name,
+            "model": model or "piper",
+        }
+        for v in omni.pipeline.voices()
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{omni.spec.name} ({model or 'default'}):")
+    for row in rows:
+        lang = f" [{row['language']}]" if row["language"] else ""
+        click.echo(f"  {row['id']}{lang}  {row['description']}".rstrip())
+    others = [s for s in speech if s != omni.spec.name]
+    if others and model is None:
+        click.echo(
+            f"other speech pipelines: {', '.join(others)} (pass --model to list a "
+            "checkpoint's voices)"
+        )
