@@ -143,6 +143,10 @@ def package(session: nox.Session) -> None:
     )
     session.run("omni", "list-plugins")
     session.run("python", "-c", check)
+    # The new-plugin templates ship inside the omni-core wheel.
+    scratch = Path(session.create_tmp()) / "new-plugin"
+    shutil.rmtree(scratch, ignore_errors=True)
+    session.run("omni", "new-plugin", "wheel-probe", "--kind", "platform", "--output", str(scratch))
 
 
 if __name__ == "__main__":  # pragma: no cover - `python noxfile.py` is not how to run it
