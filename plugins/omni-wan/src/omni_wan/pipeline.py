@@ -213,9 +213,11 @@ class WanVideoPipeline(StagedPipeline):
         self.options = options
         self.device = options.device
         self.dtype = options.dtype
-        self.tokenizer = components["tokenizer"]
-        self.text_encoder = components["text_encoder"]
-        self.vae = components["vae"]
+        # Text encoder, tokenizer and VAE may be absent when prompt embeddings are given
+        # (prepare_embedded) and decoding is not needed, e.g. in step benchmarks.
+        self.tokenizer = components.get("tokenizer")
+        self.text_encoder = components.get("text_encoder")
+        self.vae = components.get("vae")
         self.scheduler = components["scheduler"]
         self.image_encoder = components.get("image_encoder")
         self.image_processor = components.get("image_processor")
@@ -226,11 +228,11 @@ class WanVideoPipeline(StagedPipeline):
         from diffusers.video_processor import VideoProcessor
 
         self.video_processor = VideoProcessor(vae_scale_factor=layout.vae_spatial)
-        vae_cfg = self.vae.config
-        self._latents_mean = torch.tensor(vae_cfg.latents_mean).view(1, vae_cfg.z_dim, 1, 1, 1)
-        self._latents_std_inv = 1.0 / torch.tensor(vae_cfg.latents_std).view(
-            1, vae_cfg.z_dim, 1, 1, 1
-        )
+        if self.vae is not None:
+            vae_cfg = self.vae.config
+            shape = (1, vae_cfg.z_dim, 1, 1, 1)
+            self._latents_mean = torch.tensor(vae_cfg.latents_mean).view(shape)
+            self._latents_std_inv = 1.0 / torch.tensor(vae_cfg.latents_std).view(shape)
         self._tables: dict[tuple[int, float | None], ScheduleTable] = {}
 
     # -- loading ---------------------------------------------------------------------------
@@ -307,16 +309,30 @@ class WanVideoPipeline(StagedPipeline):
     def prepare(self, request: GenerationRequest) -> DenoiseState:
         request = self.layout.check(request)
         extras = WanExtras.model_validate(request.extras)  # already checked above
+        cfg = float(request.guidance_scale or 0.0) > 1.0
+        texts = [request.prompt] + ([request.negative_prompt or ""] if cfg else [])
+        embeds = self._encode_text(texts, extras.max_sequence_length)
+        return self.prepare_embedded(request, embeds)
+
+    @torch.no_grad()
+    def prepare_embedded(self, request: GenerationRequest, embeds: torch.Tensor) -> DenoiseState:
+        """:meth:`prepare` with the text already encoded: ``embeds`` is ``[1 or 2, L, D]``
+        (prompt, then negative prompt when guidance > 1), as the T5 encoder would give it."""
+        request = self.layout.check(request)
+        extras = WanExtras.model_validate(request.extras)
         layout = self.layout
         height, width, frames = request.height, request.width, request.num_frames
         assert height and width and frames and request.num_inference_steps
         guidance = float(request.guidance_scale or 0.0)
         cfg = guidance > 1.0
+        if embeds.shape[0] != (2 if cfg else 1):
+            raise InvalidRequestError(
+                f"expected {2 if cfg else 1} prompt embeddings, got {embeds.shape[0]}",
+                param="prompt",
+            )
+        embeds = embeds.to(self.device, self.transformers[0].dtype)
         seed = request.seed if request.seed is not None else random.randrange(2**63)
         generator = torch.Generator("cpu").manual_seed(seed)
-
-        texts = [request.prompt] + ([request.negative_prompt or ""] if cfg else [])
-        embeds = self._encode_text(texts, extras.max_sequence_length)
 
         image = request.images[0] if request.images else None
         image_embeds = None
