@@ -476,20 +476,30 @@ class QwenImagePipeline(StagedPipeline):
         t = _cat([s.timesteps[s.step_index].expand(s.rows) for s in group])  # type: ignore[index]
         timestep = t.to(dtype) / 1000
         embeds = [s.prompt_embeds.expand(s.rows, -1, -1) for s in group]  # type: ignore[union-attr]
+        branches = [embeds]
         if first.cfg:
-            embeds += [s.negative_embeds.expand(s.rows, -1, -1) for s in group]  # type: ignore[union-attr]
-            model_in = torch.cat([model_in, model_in], dim=0)
-            timestep = torch.cat([timestep, timestep], dim=0)
-        encoder_states, mask = _pad(embeds)
-        out = self.transformer(
-            hidden_states=model_in,
-            timestep=timestep,
-            guidance=None,
-            encoder_hidden_states=encoder_states,
-            encoder_hidden_states_mask=mask,
-            img_shapes=[list(first.img_shapes)] * model_in.shape[0],
-            return_dict=False,
-        )[0][:, :seq]
+            negatives = [s.negative_embeds.expand(s.rows, -1, -1) for s in group]  # type: ignore[union-attr]
+            if self._batch_cfg(embeds + negatives):
+                branches = [embeds + negatives]
+                model_in = torch.cat([model_in, model_in], dim=0)
+                timestep = torch.cat([timestep, timestep], dim=0)
+            else:
+                branches.append(negatives)
+        outputs = []
+        for branch in branches:
+            encoder_states, mask = _pad(branch)
+            outputs.append(
+                self.transformer(
+                    hidden_states=model_in,
+                    timestep=timestep,
+                    guidance=None,
+                    encoder_hidden_states=encoder_states,
+                    encoder_hidden_states_mask=mask,
+                    img_shapes=[list(first.img_shapes)] * model_in.shape[0],
+                    return_dict=False,
+                )[0][:, :seq]
+            )
+        out = _cat(outputs)
         if first.cfg:
             cond, neg = out.chunk(2, dim=0)
             scale = _cat([s.scale for s in group])
@@ -527,6 +537,19 @@ class QwenImagePipeline(StagedPipeline):
         return GenerationResult(images=list(images), timings=dict(state.timings), info=info)
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _batch_cfg(self, embeds: list[torch.Tensor]) -> bool:
+        """Whether CFG's two branches share one forward (padding the shorter prompt + a mask).
+
+        ``options.extra["cfg_batch"]``: ``"always"`` (default), ``"never"`` (two forwards, as
+        diffusers runs them), or ``"equal"`` (only when no padding is needed).
+        """
+        mode = self.options.extra.get("cfg_batch", "always")
+        if mode == "never":
+            return False
+        if mode == "equal":
+            return len({e.shape[1] for e in embeds}) == 1
+        return True
 
     def _conditions(self, images: list[Any]) -> list[Condition]:
         """(original, text-encoder image, VAE size (w, h)) per input image; none for t2i."""
