@@ -469,7 +469,12 @@ def decode_audio(data: bytes, fmt: str = "wav", sample_rate: int | None = None) 
     import soundfile as sf
 
     try:
-        samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        if fmt == "mp3":
+            samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        else:
+            # 16-bit PCM back with the same 32767 scale :func:`to_int16` used: bit-exact.
+            ints, rate = sf.read(io.BytesIO(data), dtype="int16", always_2d=True)
+            samples = ints.astype(np.float32) / 32767.0
     except (sf.LibsndfileError, RuntimeError, ValueError):
         # Streamed flac has no total length in STREAMINFO; libsndfile refuses it, FFmpeg reads it.
         return _decode_av(data)
