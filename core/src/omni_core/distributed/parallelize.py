@@ -106,8 +106,9 @@ class BatchSplitParallel:
     """Run half of a batch on each rank of a 2-rank group and all-gather the outputs.
 
     Every tensor argument whose first dimension equals the batch rows of ``hidden_states`` is
-    split; everything else passes through. Attribute access (``dtype``, ``config``...) reaches
-    the wrapped model, so pipelines keep using it as the model.
+    split, and so is every list of that length (per-row metadata such as Qwen-Image's
+    ``img_shapes``); everything else passes through. Attribute access (``dtype``,
+    ``config``...) reaches the wrapped model, so pipelines keep using it as the model.
     """
 
     def __init__(self, model: Any, group: Any) -> None:
@@ -136,7 +137,10 @@ class BatchSplitParallel:
 
         def part(i: int) -> tuple[tuple, dict]:
             def cut(v: Any) -> Any:
+                # Per-row tensors, and per-row lists (Qwen-Image's img_shapes), are split.
                 if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == rows:
+                    return v[i * half : (i + 1) * half]
+                if isinstance(v, list) and len(v) == rows:
                     return v[i * half : (i + 1) * half]
                 return v
 
