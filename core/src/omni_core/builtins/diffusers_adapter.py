@@ -108,7 +108,7 @@ class DiffusersAdapterPipeline(StagedPipeline):
         pipe.set_progress_bar_config(disable=True)
         routing: dict[str, Any] = {"routed": {}, "skipped": []}
         for name, component in pipe.components.items():
-            if isinstance(component, torch.nn.Module) and hasattr(component, "attn_processors"):
+            if isinstance(component, torch.nn.Module):
                 report = route_attention(component, options.attention)
                 if report.total:
                     routing["routed"][name] = report.routed

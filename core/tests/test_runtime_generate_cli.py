@@ -1,0 +1,58 @@
+"""`omni generate`: option parsing and the lazy speech subcommand (no model needed)."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from omni_core.commands.generate import GenerateGroup, parse_extras, parse_size
+
+
+def test_runtime_parse_size_and_extras() -> None:
+    assert parse_size("832x480", None, None) == (480, 832)
+    assert parse_size(None, 16, 32) == (16, 32)
+    with pytest.raises(click.UsageError):
+        parse_size("832x480", 480, None)
+    with pytest.raises(click.BadParameter):
+        parse_size("832", None, None)
+    assert parse_extras(("a=1", "b=true", "c=[1, 2]", "d=hello", "flow-shift=3.5")) == {
+        "a": 1,
+        "b": True,
+        "c": [1, 2],
+        "d": "hello",
+        "flow_shift": 3.5,
+    }
+    with pytest.raises(click.BadParameter):
+        parse_extras(("novalue",))
+
+
+def test_runtime_generate_help_and_missing_speech_module() -> None:
+    from omni_core.cli import cli
+
+    result = CliRunner().invoke(cli, ["generate", "--help"])
+    assert result.exit_code == 0
+    assert "video" in result.output and "image" in result.output and "speech" in result.output
+
+    @click.group(cls=GenerateGroup, lazy_commands={"speech": "no_such_module_xyz:cmd"})
+    def group() -> None:
+        pass
+
+    @group.command("video")
+    def video() -> None:
+        click.echo("video ran")
+
+    runner = CliRunner()
+    assert runner.invoke(group, ["video"]).output == "video ran\n"
+    broken = runner.invoke(group, ["speech", "hello"])
+    assert broken.exit_code == 1
+    assert "not available here" in broken.output
+
+
+def test_runtime_generate_rejects_bad_output_suffix(tmp_path: object) -> None:
+    from omni_core.cli import cli
+
+    result = CliRunner().invoke(cli, ["generate", "video", "m", "p", "-o", "x.gif"])
+    assert result.exit_code == 2 and ".mp4" in result.output
+    result = CliRunner().invoke(cli, ["generate", "image", "m", "p", "-o", "x.gif"])
+    assert result.exit_code == 2 and ".png" in result.output
