@@ -290,3 +290,39 @@ def test_registered_and_served_through_omni(qwen_checkpoints) -> None:
     assert result.info["attention"]["routed"]["joint"] == 2
     with pytest.raises(InvalidRequestError):
         omni.generate("a cat", height=70, width=64)
+
+
+def test_bf16_rounding_matches_diffusers(qwen_checkpoints) -> None:
+    """In bf16 the CFG mix and Euler update round exactly as diffusers' do (latents bit-equal).
+
+    With ``cfg_batch="never"`` the forwards are the reference's own; batching both branches
+    into one forward changes only matmul blocking / masked-attention rounding (bounded below).
+    """
+    import diffusers
+    import torch
+
+    from omni_core.pipelines.base import PipelineOptions
+    from omni_core.platforms import current_platform
+    from omni_qwen.pipelines import QwenImagePipeline
+
+    path = qwen_checkpoints["t2i"]
+    reference = diffusers.QwenImagePipeline.from_pretrained(path, dtype=torch.bfloat16)
+    reference.set_progress_bar_config(disable=True)
+    options = PipelineOptions(
+        device=torch.device("cpu"), dtype=torch.bfloat16, platform=current_platform()
+    )
+    ours = QwenImagePipeline.from_pretrained(path, options)
+    kwargs = {"height": 64, "width": 96, "num_inference_steps": 3}
+    expected = reference(
+        "a red cat", negative_prompt="blurry", true_cfg_scale=3.3, output_type="latent",
+        generator=torch.Generator("cpu").manual_seed(0), **kwargs,
+    ).images
+    for mode, tolerance in (("never", 0.0), ("always", 0.1)):
+        options.extra["cfg_batch"] = mode
+        state = ours.prepare(ours.validate(GenerationRequest(
+            prompt="a red cat", negative_prompt="blurry", guidance_scale=3.3, seed=0, **kwargs
+        )))
+        while not state.done:
+            ours.step([state])
+        assert state.latents.dtype == torch.bfloat16
+        assert (state.latents.float() - expected.float()).abs().max().item() <= tolerance, mode

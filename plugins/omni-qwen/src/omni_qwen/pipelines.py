@@ -733,14 +733,10 @@ def _euler(latents: torch.Tensor, velocity: torch.Tensor, dt: torch.Tensor) -> t
     """``FlowMatchEulerDiscreteScheduler.step`` for a batch, rounding exactly as it does.
 
     The reference computes ``sample.float() + dt * v`` with ``dt`` a 0-dim float32 tensor and
-    ``v`` in the model dtype: the product is rounded to the model dtype, ``dt`` itself to the
-    model dtype first on accelerators (a device tensor operand) but not on CPU (a CPU scalar).
+    ``v`` in the model dtype: type promotion keeps the product in the model dtype, with ``dt``
+    cast to it first. Python-scalar CFG scales are different (kept in float), see ``step``.
     """
-    if velocity.device.type == "cpu":
-        step = (dt * velocity.float()).to(velocity.dtype)
-    else:
-        step = dt.to(velocity.dtype) * velocity
-    return (latents.float() + step).to(velocity.dtype)
+    return (latents.float() + dt.to(velocity.dtype) * velocity).to(velocity.dtype)
 
 
 def _route(model: Any, options: PipelineOptions) -> dict[str, Any]:
