@@ -600,11 +600,17 @@ def _json_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _body_spec(model: type[BaseModel], *, multipart: bool, json_body: bool,
-               files: dict[str, bool]) -> dict[str, Any]:
-    """OpenAPI requestBody for routes that parse their body by hand (JSON and/or multipart)."""
+               files: dict[str, bool], model_ids: list[str]) -> dict[str, Any]:
+    """OpenAPI requestBody for routes that parse their body by hand (JSON and/or multipart).
+
+    ``model`` is documented as the enum of the served ids, so clients (and fuzzers) see them.
+    """
     content: dict[str, Any] = {}
     schema = model.model_json_schema()
     schema.pop("$defs", None)
+    if "model" in schema.get("properties", {}):
+        schema["properties"]["model"] = {"type": "string", "enum": list(model_ids),
+                                         "description": "A model id from /v1/models."}
     if json_body:
         content["application/json"] = {"schema": schema}
     if multipart:
@@ -646,7 +652,7 @@ def _image_routes(router: APIRouter, state: ServerState) -> None:
 
     @router.post("/images/generations", summary="Create images from a prompt",
                  openapi_extra=_body_spec(ImageGenerationBody, multipart=False, json_body=True,
-                                          files={}))
+                                          files={}, model_ids=list(state.models)))
     async def generations(request: Request) -> dict[str, Any]:
         body = _validate(ImageGenerationBody, await _read_json(request, state))
         served = state.pick(body.model, "image")
@@ -658,7 +664,7 @@ def _image_routes(router: APIRouter, state: ServerState) -> None:
 
     @router.post("/images/edits", summary="Edit one or more images given a prompt",
                  openapi_extra=_body_spec(ImageEditBody, multipart=True, json_body=False,
-                                          files={"image": True}))
+                                          files={"image": True}, model_ids=list(state.models)))
     async def edits(request: Request) -> dict[str, Any]:
         ctype = request.headers.get("content-type", "")
         if not ctype.startswith(_FORM_TYPES):
@@ -715,7 +721,8 @@ def _video_routes(router: APIRouter, state: ServerState) -> None:
 
     @router.post("/videos", summary="Create a video job",
                  openapi_extra=_body_spec(VideoBody, multipart=True, json_body=True,
-                                          files={"input_reference": False}))
+                                          files={"input_reference": False},
+                                          model_ids=list(state.models)))
     async def create_video(request: Request) -> dict[str, Any]:
         ctype = request.headers.get("content-type", "")
         image_bytes: bytes | None = None
@@ -845,7 +852,8 @@ def _video_routes(router: APIRouter, state: ServerState) -> None:
 def _speech_routes(router: APIRouter, state: ServerState) -> None:
     @router.post("/audio/speech", summary="Synthesize speech (whole file, chunked PCM or SSE)",
                  response_class=Response,
-                 openapi_extra=_body_spec(SpeechBody, multipart=False, json_body=True, files={}))
+                 openapi_extra=_body_spec(SpeechBody, multipart=False, json_body=True, files={},
+                                          model_ids=list(state.models)))
     async def speech(request: Request) -> Response:
         body = _validate(SpeechBody, await _read_json(request, state))
         served = state.pick(body.model, "speech")

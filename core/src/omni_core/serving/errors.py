@@ -114,6 +114,7 @@ def from_exception(exc: BaseException) -> APIError:
 
 
 _STATUS_CODES = {
+    400: ("invalid_request_error", "invalid_request"),
     401: ("authentication_error", "invalid_api_key"),
     403: ("permission_error", "forbidden"),
     404: ("invalid_request_error", "not_found"),

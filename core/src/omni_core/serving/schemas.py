@@ -42,7 +42,8 @@ class _Body(BaseModel):
 class _DiffusionFields(_Body):
     prompt: str = Field(min_length=1, max_length=32_000)
     negative_prompt: str | None = Field(None, max_length=32_000)
-    size: str | None = Field(None, description='"WIDTHxHEIGHT" or "auto".', max_length=16)
+    size: str | None = Field(None, description='"WIDTHxHEIGHT" or "auto".', max_length=16,
+                             pattern=r"^(\d{1,5}x\d{1,5}|auto)$")
     seed: int | None = Field(None, ge=0, lt=2**63)
     num_inference_steps: int | None = Field(None, ge=1, le=1000)
     guidance_scale: float | None = Field(None, ge=0.0, le=100.0)
