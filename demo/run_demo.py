@@ -19,6 +19,7 @@ import argparse
 import importlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -81,12 +82,13 @@ class Context:
     skipped: list[str] = field(default_factory=list)
 
 
-def omni(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def omni(*args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess[str]:
     """Run the real `omni` CLI of this interpreter's environment."""
     command = [sys.executable, "-m", "omni_core.cli", *args]
-    print("$ omni " + " ".join(args), flush=True)
+    if not quiet:
+        print("$ omni " + shlex.join(args), flush=True)
     result = subprocess.run(command, text=True, capture_output=True)
-    if result.stdout.strip():
+    if result.stdout.strip() and not quiet:
         print(result.stdout.rstrip())
     if check and result.returncode != 0:
         print(result.stderr.rstrip(), file=sys.stderr)
@@ -125,7 +127,7 @@ def step_build_checkpoints(ctx: Context) -> None:
 
 
 def _supported(subcommand: str, options: dict[str, str]) -> list[str]:
-    help_text = omni("generate", subcommand, "--help", check=False).stdout
+    help_text = omni("generate", subcommand, "--help", check=False, quiet=True).stdout
     flags = set(re.findall(r"(--[a-z0-9][a-z0-9-]*)", help_text))
     args: list[str] = []
     for flag, value in options.items():
@@ -135,7 +137,7 @@ def _supported(subcommand: str, options: dict[str, str]) -> list[str]:
 
 
 def step_generate(ctx: Context) -> None:
-    if omni("generate", "--help", check=False).returncode != 0:
+    if omni("generate", "--help", check=False, quiet=True).returncode != 0:
         note = "omni generate: skipped, the command is not installed yet"
         print(note)
         ctx.skipped.append(note)
