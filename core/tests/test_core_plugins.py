@@ -285,3 +285,29 @@ def test_discoverable_helper_validates_references(
         assert_plugin_discoverable("omni-test-dangling")
     with pytest.raises(AssertionError, match="no entry point"):
         assert_plugin_discoverable("omni-test-not-installed")
+
+
+def test_plugins_add_cli_commands_and_a_failing_one_is_reported() -> None:
+    import click
+
+    class AddsCommand:
+        @hookimpl
+        def omni_register_commands(self, cli: click.Group) -> None:
+            @cli.command("hello")
+            def hello() -> None:
+                click.echo("hi")
+
+    class Fails:
+        @hookimpl
+        def omni_register_commands(self, cli: click.Group) -> None:
+            raise ValueError("no click for you")
+
+    host = _host()
+    host.register_object("adds", AddsCommand())
+    fails = host.register_object("fails", Fails())
+    group = click.Group("omni")
+    host.add_commands(group)
+    assert "hello" in group.commands
+    assert fails.status == "error" and "omni_register_commands failed: ValueError" in (
+        fails.error or ""
+    )
