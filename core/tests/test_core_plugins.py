@@ -311,3 +311,5 @@ def test_plugins_add_cli_commands_and_a_failing_one_is_reported() -> None:
     assert fails.status == "error" and "omni_register_commands failed: ValueError" in (
         fails.error or ""
     )
+    host.registry  # noqa: B018 - building the registry keeps the command-hook error
+    assert fails.status == "error"

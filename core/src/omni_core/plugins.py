@@ -278,7 +278,8 @@ class PluginHost:
                 message = f"{hook_name} failed: {type(exc).__name__}: {exc}"
                 if info is None:
                     raise
-                info.fail(message, at_load=False)
+                # Registry-build errors are recomputed on each build; a command hook runs once.
+                info.fail(message, at_load=hook_name == "omni_register_commands")
                 self._maybe_raise(info)
 
     def _build_registry(self) -> Registry:
