@@ -102,6 +102,14 @@ WAN22_TI2V_5B = (
 QWEN_IMAGE = (4.98651651e02, -2.83781631e02, 5.58554382e01, -3.82021401e00, 2.64230861e-01)
 
 
+def wan_indicator(block: Any, args: tuple, kwargs: dict) -> torch.Tensor:
+    """Wan block 0's ``temb`` (the timestep modulation ``e0``); Wan2.2 TI2V passes one per
+    token ([B, tokens, 6, dim]): its last token stands for the video (the first frame may be a
+    clean conditioning frame), which keeps the stored indicator small."""
+    temb = kwargs["temb"] if "temb" in kwargs else args[2]
+    return temb[:, -1] if temb.ndim == 4 else temb
+
+
 def wan_adapter(module: Any) -> CacheAdapter:
     """Wan 2.1/2.2: pick the TeaCache polynomial from the transformer's size and conditioning."""
     config = getattr(module, "config", None)
@@ -121,7 +129,7 @@ def wan_adapter(module: Any) -> CacheAdapter:
     return CacheAdapter(
         architecture="WanTransformer3DModel",
         blocks=("blocks",),
-        teacache_indicator="temb",
+        teacache_indicator=wan_indicator,
         teacache_coefficients=coefficients,
         teacache_source=source,
         fuse_qkv=True,

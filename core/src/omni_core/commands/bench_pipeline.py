@@ -68,6 +68,8 @@ class Workload:
     quality_steps: int = 10
     img_shapes: tuple[int, int, int] | None = None
     notes: str = ""
+    #: Wan2.2 TI2V: one timestep per latent token (diffusers' ``expand_timesteps``).
+    per_token_timestep: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -105,6 +107,7 @@ def real_workloads() -> dict[str, Workload]:
             vae_latent=(48, 31, 44, 80),
             steps_timed=3,
             quality_steps=8,
+            per_token_timestep=True,
         ),
         "wan2.1-t2v-14b-480x832x81": Workload(
             name="wan2.1-t2v-14b-480x832x81",
@@ -176,6 +179,7 @@ def tiny_workloads() -> dict[str, Workload]:
             vae_latent=(4, 2, 4, 4),
             steps_timed=1,
             quality_steps=6,
+            per_token_timestep=True,
         ),
         "tiny-qwen": Workload(
             name="tiny-qwen",
@@ -353,9 +357,14 @@ def forward(w: Workload, model: Any, x: Any, t: Any, text: Any, mask: Any = None
     """One transformer forward (batch = x.shape[0])."""
     b = x.shape[0]
     if w.kind == "wan":
+        if w.per_token_timestep:
+            tokens = math.prod(x.shape[2:]) // 4  # 1x2x2 patches
+            timestep = t.reshape(1, 1).expand(b, tokens)
+        else:
+            timestep = t.expand(b)
         return model(
             hidden_states=x,
-            timestep=t.expand(b),
+            timestep=timestep,
             encoder_hidden_states=text,
             return_dict=False,
         )[0]
@@ -678,8 +687,12 @@ class BenchSettings:
 
 
 def run_workload(w: Workload, s: BenchSettings) -> list[dict[str, Any]]:
+    """All modes of one workload; a failing mode becomes a row with ``error``, never a crash."""
+    import traceback
 
     from omni_core.acceleration import apply_acceleration
+    from omni_core.acceleration.cache import apply_cache
+    from omni_core.config import CacheConfig
 
     dev, dtype = s.device, s.dtype
     rows: list[dict[str, Any]] = []
@@ -690,21 +703,21 @@ def run_workload(w: Workload, s: BenchSettings) -> list[dict[str, Any]]:
         encode_s, encode_note = measure_text_encoder(w, dev, dtype)
         decode_s, decode_note = measure_vae_decode(w, dev, dtype)
         s.log(f"[{w.name}] text encode {encode_s} s ({encode_note}); decode {decode_s} s")
+    flops = 0.0
 
     def row(backend: str, mode: str, sec: float, peak: float | None, **kw: Any) -> dict[str, Any]:
-        tflops = flops / sec / 1e12 if sec else None
-        steps_for_e2e = 50
+        tflops = flops / sec / 1e12 if sec and flops else None
         e2e = None
-        if encode_s is not None and decode_s is not None:
-            e2e = round(encode_s + steps_for_e2e * sec + decode_s, 2)
+        if sec and encode_s is not None and decode_s is not None:
+            e2e = round(encode_s + 50 * sec + decode_s, 2)
         out = {
             "workload": w.name,
             "backend": backend,
             "mode": mode,
-            "sec_per_step": round(sec, 4),
-            "sec_per_forward_equiv": round(sec / 2, 4),
-            "tflops": round(tflops, 1) if tflops else None,
-            "pct_of_peak": round(100 * tflops / s.peak_bf16, 1) if tflops else None,
+            "sec_per_step": round(sec, 4) if sec else None,
+            "sec_per_forward_equiv": round(sec / 2, 4) if sec else None,
+            "tflops": _sig(tflops),
+            "pct_of_peak": _sig(100 * tflops / s.peak_bf16) if tflops else None,
             "peak_mem_gib": peak,
             "e2e_s": e2e,
             "e2e_method": "extrapolated: text encode + 50 x sec_per_step + VAE decode, each "
@@ -719,49 +732,69 @@ def run_workload(w: Workload, s: BenchSettings) -> list[dict[str, Any]]:
         out.update(kw)
         return out
 
-    # 1. diffusers eager (reference numerics and FLOP count)
-    model = build_transformer(w, dev, dtype)
-    flops = count_step_flops(w, model, inputs, dev)
-    s.log(f"[{w.name}] {flops / 1e12:.1f} TFLOP per CFG step")
-    if "bf16" in s.modes:
-        _reset_peak(dev)
-        _, sec = run_loop(w, diffusers_step(w, model, inputs), inputs, w.steps_timed, dev)
-        rows.append(
-            row(
-                "diffusers",
-                "bf16",
-                sec,
-                _peak_gib(dev),
-                steps=w.steps_timed,
-                attention="diffusers default (native SDPA)",
-            )
-        )
-        s.log(f"[{w.name}] diffusers bf16 {sec:.4f} s/step")
-    if "bf16-compiled" in s.modes:
-        t0 = time.perf_counter()
-        model.compile_repeated_blocks(fullgraph=True, backend=s.compile_backend)
-        _, _first = run_loop(w, diffusers_step(w, model, inputs), inputs, 1, dev, warmup=1)
-        compile_s = time.perf_counter() - t0
-        _reset_peak(dev)
-        _, sec = run_loop(w, diffusers_step(w, model, inputs), inputs, w.steps_timed, dev)
-        rows.append(
-            row(
-                "diffusers",
-                "bf16-compiled",
-                sec,
-                _peak_gib(dev),
-                steps=w.steps_timed,
-                compile_s=round(compile_s, 1),
-            )
-        )
-        s.log(f"[{w.name}] diffusers compile_repeated_blocks {sec:.4f} s/step")
-    del model
-    _free()
+    def guarded(backend: str, mode: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - report the failure in the results, go on
+            s.log(f"[{w.name}] {backend} {mode} FAILED: {type(exc).__name__}: {exc}")
+            s.log(traceback.format_exc(limit=6))
+            rows.append(row(backend, mode, 0.0, None, error=f"{type(exc).__name__}: {exc}"[:500]))
+        finally:
+            _free()
 
-    # 2. ours, bf16: fused QKV + shape-aware attention + regional compile + batched CFG
+    state: dict[str, Any] = {"reference": None}
+
+    # 1. diffusers: eager (and the FLOP count), then its own regional compile
+    def diffusers_modes() -> None:
+        nonlocal flops
+        model = build_transformer(w, dev, dtype)
+        flops = count_step_flops(w, model, inputs, dev)
+        s.log(f"[{w.name}] {flops / 1e12:.1f} TFLOP per CFG step")
+        if "bf16" in s.modes:
+            _reset_peak(dev)
+            _, sec = run_loop(w, diffusers_step(w, model, inputs), inputs, w.steps_timed, dev)
+            rows.append(
+                row(
+                    "diffusers",
+                    "bf16",
+                    sec,
+                    _peak_gib(dev),
+                    steps=w.steps_timed,
+                    attention="diffusers default (native SDPA)",
+                )
+            )
+            s.log(f"[{w.name}] diffusers bf16 {sec:.4f} s/step")
+        if "bf16-compiled" in s.modes:
+
+            def compiled() -> None:
+                t0 = time.perf_counter()
+                model.compile_repeated_blocks(fullgraph=True, backend=s.compile_backend)
+                run_loop(w, diffusers_step(w, model, inputs), inputs, 1, dev, warmup=1)
+                compile_s = time.perf_counter() - t0
+                _reset_peak(dev)
+                _, sec = run_loop(w, diffusers_step(w, model, inputs), inputs, w.steps_timed, dev)
+                rows.append(
+                    row(
+                        "diffusers",
+                        "bf16-compiled",
+                        sec,
+                        _peak_gib(dev),
+                        steps=w.steps_timed,
+                        compile_s=round(compile_s, 1),
+                        attention="diffusers default (native SDPA)",
+                    )
+                )
+                s.log(f"[{w.name}] diffusers compile_repeated_blocks {sec:.4f} s/step")
+
+            guarded("diffusers", "bf16-compiled", compiled)
+
+    guarded("diffusers", "bf16", diffusers_modes)
+
     extra = {"compile": True, "compile_backend": s.compile_backend, "compile_mode": s.compile_mode}
-    reference = None
-    if any(m == "bf16" or m.startswith("cache:") or m == "fp8" for m in s.modes):
+
+    # 2. ours, bf16: fused QKV + shape-aware attention + regional compile + batched CFG;
+    # 3. the step caches on the same compiled model, quality against this bf16 run.
+    def omni_bf16_and_caches() -> None:
         model = build_transformer(w, dev, dtype)
         attn = choose_attention_backends(model, w)
         accel = apply_acceleration(
@@ -774,7 +807,7 @@ def run_workload(w: Workload, s: BenchSettings) -> list[dict[str, Any]]:
         _reset_peak(dev)
         _, sec = run_loop(w, step, inputs, w.steps_timed, dev, warmup=0)
         peak = _peak_gib(dev)
-        reference, _ = run_loop(w, step, inputs, w.quality_steps, dev, warmup=0)
+        state["reference"], _ = run_loop(w, step, inputs, w.quality_steps, dev, warmup=0)
         rows.append(
             row(
                 "omni",
@@ -788,99 +821,106 @@ def run_workload(w: Workload, s: BenchSettings) -> list[dict[str, Any]]:
             )
         )
         s.log(f"[{w.name}] omni bf16 {sec:.4f} s/step (compile+first step {compile_s:.1f} s)")
-        # 3. caches on the same compiled model, quality vs the bf16 loop of the same length
-        from omni_core.acceleration.cache import apply_cache
-        from omni_core.config import CacheConfig
-
         for name in s.caches:
-            try:
+
+            def cached(name: str = name) -> None:
                 handle = apply_cache(
                     model, CacheConfig(backend=name, options=CACHE_OPTIONS.get(name, {}))
                 )
-            except Exception as exc:  # noqa: BLE001 - e.g. not installed: report, go on
-                rows.append(row("omni", f"cache:{name}", 0.0, None, error=str(exc)))
-                continue
-            accel.caches["transformer"] = handle
-            # warm-up (batch-1 shapes may compile) in a throwaway request context
-            run_loop(w, omni_step(w, model, inputs, accel, "warm"), inputs, 1, dev, warmup=0)
-            accel.finish(["warm"])
-            step = omni_step(w, model, inputs, accel, f"q-{name}")
-            _reset_peak(dev)
-            out, sec = run_loop(w, step, inputs, w.quality_steps, dev, warmup=0)
-            stats = accel.finish([f"q-{name}"])["transformer"]
-            p, ss = quality(reference, out)
-            rows.append(
-                row(
-                    "omni",
-                    f"cache:{name}",
-                    sec,
-                    _peak_gib(dev),
-                    steps=w.quality_steps,
-                    cache_hits=stats,
-                    psnr_vs_bf16=p,
-                    ssim_vs_bf16=ss,
-                    cache_options=CACHE_OPTIONS.get(name, {}),
-                    note="sec_per_step averaged over a full quality_steps loop incl. "
-                    "computed steps; random weights make hit rates unrepresentative",
-                )
-            )
-            handle.remove()
-            accel.caches.clear()
-            s.log(f"[{w.name}] omni cache:{name} {sec:.4f} s/step hits {stats}")
-        del model, accel
-        _free()
+                accel.caches["transformer"] = handle
+                try:
+                    run_loop(
+                        w, omni_step(w, model, inputs, accel, "warm"), inputs, 1, dev, warmup=0
+                    )
+                    accel.finish(["warm"])
+                    step = omni_step(w, model, inputs, accel, f"q-{name}")
+                    _reset_peak(dev)
+                    out, sec = run_loop(w, step, inputs, w.quality_steps, dev, warmup=0)
+                    stats = accel.finish([f"q-{name}"])["transformer"]
+                    p, ss = quality(state["reference"], out)
+                    rows.append(
+                        row(
+                            "omni",
+                            f"cache:{name}",
+                            sec,
+                            _peak_gib(dev),
+                            steps=w.quality_steps,
+                            cache_hits=stats,
+                            psnr_vs_bf16=p,
+                            ssim_vs_bf16=ss,
+                            cache_options=CACHE_OPTIONS.get(name, {}),
+                            note="sec_per_step: mean over a full quality_steps loop (computed and "
+                            "cached steps); random weights make hit rates unrepresentative",
+                        )
+                    )
+                    s.log(f"[{w.name}] omni cache:{name} {sec:.4f} s/step hits {stats}")
+                finally:
+                    handle.remove()
+                    accel.caches.clear()
 
-    # 4. ours, fp8 (compiled): same weights (same seed), quantized
-    if "fp8" in s.modes:
+            guarded("omni", f"cache:{name}", cached)
+
+    if any(m == "bf16" or m.startswith("cache:") or m == "fp8" for m in s.modes):
+        guarded("omni", "bf16", omni_bf16_and_caches)
+
+    # 4. ours, fp8 (compiled): the same weights (same seed), quantized
+    def omni_fp8() -> None:
         model = build_transformer(w, dev, dtype)
         attn = choose_attention_backends(model, w)
-        try:
-            accel = apply_acceleration(
-                {"transformer": model}, _options(dev, dtype, quant=s.quant, cache=None, extra=extra)
+        accel = apply_acceleration(
+            {"transformer": model}, _options(dev, dtype, quant=s.quant, cache=None, extra=extra)
+        )
+        t0 = time.perf_counter()
+        step = omni_step(w, model, inputs, accel, "fp8")
+        run_loop(w, step, inputs, 1, dev, warmup=1)
+        compile_s = time.perf_counter() - t0
+        _reset_peak(dev)
+        _, sec = run_loop(w, step, inputs, w.steps_timed, dev, warmup=0)
+        peak = _peak_gib(dev)
+        out, _ = run_loop(w, step, inputs, w.quality_steps, dev, warmup=0)
+        ref = state["reference"]
+        p, ss = quality(ref, out) if ref is not None else (None, None)
+        fp8_pct = round(100 * flops / sec / 1e12 / s.peak_fp8, 1) if s.peak_fp8 else None
+        rows.append(
+            row(
+                "omni",
+                "fp8",
+                sec,
+                peak,
+                steps=w.steps_timed,
+                quantizer=s.quant,
+                compile_s=round(compile_s, 1),
+                psnr_vs_bf16=p,
+                ssim_vs_bf16=ss,
+                attention=attn,
+                accel=accel.as_dict(),
+                pct_of_fp8_peak=fp8_pct,
             )
-        except Exception as exc:  # noqa: BLE001 - quantizer unavailable here: say so
-            rows.append(row("omni", "fp8", 0.0, None, error=str(exc)))
-        else:
-            t0 = time.perf_counter()
-            step = omni_step(w, model, inputs, accel, "fp8")
-            run_loop(w, step, inputs, 1, dev, warmup=1)
-            compile_s = time.perf_counter() - t0
-            _reset_peak(dev)
-            _, sec = run_loop(w, step, inputs, w.steps_timed, dev, warmup=0)
-            peak = _peak_gib(dev)
-            out, _ = run_loop(w, step, inputs, w.quality_steps, dev, warmup=0)
-            p, ss = quality(reference, out) if reference is not None else (None, None)
-            rows.append(
-                row(
-                    "omni",
-                    "fp8",
-                    sec,
-                    peak,
-                    steps=w.steps_timed,
-                    quantizer=s.quant,
-                    compile_s=round(compile_s, 1),
-                    psnr_vs_bf16=p,
-                    ssim_vs_bf16=ss,
-                    attention=attn,
-                    accel=accel.as_dict(),
-                    pct_of_fp8_peak=round(100 * flops / sec / 1e12 / s.peak_fp8, 1)
-                    if s.peak_fp8
-                    else None,
-                )
-            )
-            s.log(f"[{w.name}] omni fp8 {sec:.4f} s/step psnr {p}")
-            del accel
-        del model
-        _free()
-    # speed-up columns against diffusers eager
+        )
+        s.log(f"[{w.name}] omni fp8 {sec:.4f} s/step psnr {p}")
+
+    if "fp8" in s.modes:
+        guarded("omni", "fp8", omni_fp8)
+
+    # speed-up against diffusers eager, and the e2e ingredients on every row
     base = next((r for r in rows if r["backend"] == "diffusers" and r["mode"] == "bf16"), None)
     for r in rows:
-        if base and r.get("sec_per_step"):
+        if base and base.get("sec_per_step") and r.get("sec_per_step"):
             r["speedup_vs_diffusers"] = round(base["sec_per_step"] / r["sec_per_step"], 3)
         r["text_encode_s"] = round(encode_s, 3) if encode_s is not None else None
         r["vae_decode_s"] = round(decode_s, 3) if decode_s is not None else None
         r["e2e_notes"] = f"{encode_note}; {decode_note}"
+        if flops and not r.get("tflops") and r.get("sec_per_step"):
+            r["tflops"] = _sig(flops / r["sec_per_step"] / 1e12)
+            r["pct_of_peak"] = _sig(100 * r["tflops"] / s.peak_bf16)
     return rows
+
+
+def _sig(value: float | None, digits: int = 4) -> float | None:
+    """Round to ``digits`` significant digits (tiny CPU numbers stay non-zero)."""
+    if not value:
+        return None
+    return float(f"{value:.{digits}g}")
 
 
 def _device_name(device: Any) -> str:
