@@ -13,8 +13,9 @@ object:
 * omni: ``QwenImagePipeline.prepare`` then ``step()`` per step (CFG branches in one batched
   forward; attention through omni's dispatcher, kernel chosen per platform), same events.
 
-Two prompt cases: equal lengths (no padding) and a short negative prompt (omni pads it and
-passes a mask when batching; ``cfg_batch=never`` runs two forwards as diffusers does). Rounds
+Two prompt cases: equal lengths (CFG branches in one batch-2 forward, no mask) and a short
+negative prompt (``cfg_batch=auto``: two forwards as diffusers runs them; ``always``: one
+batch-2 forward with the negative prompt padded and masked). Rounds
 alternate diffusers / omni so clock drift favours neither. Writes JSON with the GPU name,
 versions, the exact command, per-step times (mean, median, min), peak memory and the
 difference between the two sides' latents after the timed steps.
@@ -274,7 +275,7 @@ def main() -> int:
     cases: dict[str, Any] = {}
     for case, negative in negatives.items():
         sides: dict[str, Any] = {"diffusers": ([], None, 0)}
-        modes = ["always"] if case == "equal" else ["always", "never"]
+        modes = ["auto"] if case == "equal" else ["auto", "always"]
         for mode in modes:
             sides[f"omni_cfg_batch_{mode}"] = ([], None, 0)
         for _ in range(args.rounds):

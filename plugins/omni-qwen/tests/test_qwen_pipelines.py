@@ -155,15 +155,21 @@ def test_batched_equals_unbatched_t2i(qwen_pipelines) -> None:
         for s in specs
     ]
     alone = [run_to_completion(pipe, [r])[0] for r in requests]
-    with CountCalls(pipe.transformer) as calls:
-        together = run_to_completion(pipe, requests)
-    # Every step ran all three requests (cond + uncond rows) in one forward.
-    assert calls.batch_sizes[0] == 2 * (1 + 2 + 1)
-    assert calls.count == STEPS
-    for a, b in zip(alone, together, strict=True):
-        for ia, ib in zip(a.images, b.images, strict=True):
-            diff = np.abs(np.asarray(ia, int) - np.asarray(ib, int)).max()
-            assert diff <= 1
+    rows = 1 + 2 + 1
+    # always: every step runs all three requests, cond and uncond rows, in ONE forward;
+    # auto: the prompts differ in length, so cond rows and uncond rows are two forwards.
+    for mode, per_step in (("always", [2 * rows]), ("auto", [rows, rows])):
+        pipe.options.extra["cfg_batch"] = mode
+        try:
+            with CountCalls(pipe.transformer) as calls:
+                together = run_to_completion(pipe, requests)
+        finally:
+            pipe.options.extra.pop("cfg_batch")
+        assert calls.batch_sizes[: len(per_step)] == per_step, mode
+        assert calls.count == STEPS * len(per_step)
+        for a, b in zip(alone, together, strict=True):
+            for ia, ib in zip(a.images, b.images, strict=True):
+                assert np.abs(np.asarray(ia, int) - np.asarray(ib, int)).max() <= 1, mode
 
 
 def test_batched_equals_unbatched_edit(qwen_pipelines, qwen_images) -> None:
@@ -176,7 +182,8 @@ def test_batched_equals_unbatched_edit(qwen_pipelines, qwen_images) -> None:
     alone = [run_to_completion(pipe, [r])[0] for r in requests]
     with CountCalls(pipe.transformer) as calls:
         together = run_to_completion(pipe, requests)
-    assert calls.batch_sizes == [4, 4]
+    # Both requests in each forward; " " and the prompts differ in length: cond, then uncond.
+    assert calls.batch_sizes == [2, 2, 2, 2]
     for a, b in zip(alone, together, strict=True):
         diff = np.abs(np.asarray(a.images[0], int) - np.asarray(b.images[0], int)).max()
         assert diff <= 1
@@ -295,8 +302,9 @@ def test_registered_and_served_through_omni(qwen_checkpoints) -> None:
 def test_bf16_rounding_matches_diffusers(qwen_checkpoints) -> None:
     """In bf16 the CFG mix and Euler update round exactly as diffusers' do (latents bit-equal).
 
-    With ``cfg_batch="never"`` the forwards are the reference's own; batching both branches
-    into one forward changes only matmul blocking / masked-attention rounding (bounded below).
+    With ``cfg_batch="never"`` (and "auto" here: the prompts differ in length) the forwards are
+    the reference's own; batching both branches into one forward ("always") changes only matmul
+    blocking / masked-attention rounding (bounded below).
     """
     import diffusers
     import torch
@@ -317,7 +325,7 @@ def test_bf16_rounding_matches_diffusers(qwen_checkpoints) -> None:
         "a red cat", negative_prompt="blurry", true_cfg_scale=3.3, output_type="latent",
         generator=torch.Generator("cpu").manual_seed(0), **kwargs,
     ).images
-    for mode, tolerance in (("never", 0.0), ("always", 0.1)):
+    for mode, tolerance in (("never", 0.0), ("auto", 0.0), ("always", 0.1)):
         options.extra["cfg_batch"] = mode
         state = ours.prepare(ours.validate(GenerationRequest(
             prompt="a red cat", negative_prompt="blurry", guidance_scale=3.3, seed=0, **kwargs
@@ -326,3 +334,12 @@ def test_bf16_rounding_matches_diffusers(qwen_checkpoints) -> None:
             ours.step([state])
         assert state.latents.dtype == torch.bfloat16
         assert (state.latents.float() - expected.float()).abs().max().item() <= tolerance, mode
+
+
+def test_equal_length_cfg_branches_share_one_forward(qwen_pipelines) -> None:
+    pipe = qwen_pipelines["t2i"]
+    # The same text as prompt and negative prompt: equal lengths, so "auto" batches the pair.
+    with CountCalls(pipe.transformer) as calls:
+        result = _ours(pipe, prompt="a cat", negative_prompt="a cat", guidance_scale=4.0, seed=0)
+    assert calls.batch_sizes == [2] * STEPS
+    assert result.info["cfg"] is True

@@ -539,17 +539,18 @@ class QwenImagePipeline(StagedPipeline):
     # -- helpers ---------------------------------------------------------------------------
 
     def _batch_cfg(self, embeds: list[torch.Tensor]) -> bool:
-        """Whether CFG's two branches share one forward (padding the shorter prompt + a mask).
+        """Whether CFG's two branches share one forward.
 
-        ``options.extra["cfg_batch"]``: ``"always"`` (default), ``"never"`` (two forwards, as
-        diffusers runs them), or ``"equal"`` (only when no padding is needed).
+        ``options.extra["cfg_batch"]``: ``"auto"`` (default: share when no prompt needs padding,
+        so attention keeps its unmasked kernels; otherwise two forwards, as diffusers runs
+        them), ``"always"`` (pad the shorter prompts and pass a mask) or ``"never"``.
         """
-        mode = self.options.extra.get("cfg_batch", "always")
-        if mode == "never":
-            return False
-        if mode == "equal":
+        mode = self.options.extra.get("cfg_batch", "auto")
+        if mode not in ("auto", "always", "never"):
+            raise ConfigError(f"cfg_batch: expected auto, always or never, not {mode!r}")
+        if mode == "auto":
             return len({e.shape[1] for e in embeds}) == 1
-        return True
+        return mode == "always"
 
     def _conditions(self, images: list[Any]) -> list[Condition]:
         """(original, text-encoder image, VAE size (w, h)) per input image; none for t2i."""
