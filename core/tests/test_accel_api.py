@@ -243,3 +243,24 @@ def test_sdpa_auto_matches_sdpa_and_picks_by_shape(monkeypatch):
         ax.choose_sdpa_kernel((1, 75600, 24, 128), (1, 75600, 24, 128), bf16, "cuda", False)
         == "flash"
     )
+
+
+def test_finish_request_covers_batched_contexts():
+    from omni_core.acceleration import cache_key
+    from omni_core.acceleration.cache import CacheAdapter, CacheHandle
+
+    handle = CacheHandle(
+        backend="x", module=torch.nn.Linear(2, 2), adapter=CacheAdapter("X"), probe=lambda: True
+    )
+    report = AccelerationReport(caches={"transformer": handle})
+    for key in (cache_key(["a", "b"], "cond"), cache_key(["a", "b"], "uncond"), cache_key(["c"])):
+        with handle.context(key):
+            handle.record()
+    assert report.finish_request("a")["transformer"] == {
+        "backend": "x",
+        "calls": 2,
+        "hits": 2,
+        "hit_rate": 1.0,
+    }
+    assert handle.contexts() == ["c"]
+    assert report.finish_request("b")["transformer"]["calls"] == 0

@@ -53,6 +53,7 @@ __all__ = [
     "CacheHandle",
     "CacheStats",
     "apply_acceleration",
+    "cache_key",
     "register_cache_adapter",
     "resolve_adapter",
 ]
@@ -93,6 +94,19 @@ class AccelerationReport:
             out[component] = {"backend": handle.backend, **stats.as_dict()}
         return out
 
+    def finish_request(self, request_id: str) -> dict[str, Any]:
+        """A request ended: hits of every cache context it took part in (see :func:`cache_key`).
+
+        Contexts shared with other requests of the same step batch are dropped too; those
+        requests simply recompute their next step (a cold cache), which is always safe.
+        """
+        out: dict[str, Any] = {}
+        for component, handle in self.caches.items():
+            names = [k for k in handle.contexts() if request_id in _members(k)]
+            stats = handle.finish(names)
+            out[component] = {"backend": handle.backend, **stats.as_dict()}
+        return out
+
     def cache_stats(self) -> dict[str, dict[str, Any]]:
         return {c: {"backend": h.backend, **h.stats().as_dict()} for c, h in self.caches.items()}
 
@@ -115,6 +129,20 @@ class AccelerationReport:
             "setup_s": round(self.setup_s, 3),
             "notes": list(self.notes),
         }
+
+
+def cache_key(request_ids: Iterable[str], branch: str | int | None = None) -> str:
+    """The cache-context name of one denoiser call: the batch's request ids (+ CFG branch).
+
+    Use it in ``step``: ``with accel.cache_context("transformer", cache_key(ids, "cond")):``;
+    :meth:`AccelerationReport.finish_request` finds every context a request was part of.
+    """
+    key = "+".join(request_ids)
+    return key if branch is None else f"{key}:{branch}"
+
+
+def _members(key: str) -> set[str]:
+    return set(key.split(":", 1)[0].split("+"))
 
 
 def _flag(extra: dict[str, Any], key: str, default: Any) -> Any:

@@ -294,6 +294,10 @@ class CacheHandle:
         stats.calls += 1
         stats.hits += int(bool(self.probe()))
 
+    def contexts(self) -> list[str]:
+        """Context names that ran at least one denoiser call and were not finished yet."""
+        return list(self._stats)
+
     def stats(self, names: Iterable[str] | None = None) -> CacheStats:
         """Summed stats of ``names`` (all contexts when None)."""
         keys = list(self._stats) if names is None else list(names)
