@@ -543,9 +543,12 @@ class QwenImagePipeline(StagedPipeline):
 
         ``options.extra["cfg_batch"]``: ``"auto"`` (default: share when no prompt needs padding,
         so attention keeps its unmasked kernels; otherwise two forwards, as diffusers runs
-        them), ``"always"`` (pad the shorter prompts and pass a mask) or ``"never"``.
+        them), ``"always"`` (pad the shorter prompts and pass a mask; the default under
+        CFG-parallel, which splits a forward's rows over two ranks) or ``"never"``.
         """
-        mode = self.options.extra.get("cfg_batch", "auto")
+        # Under CFG-parallel each rank runs one half of a batched forward's rows: batch them.
+        default = "always" if self.options.parallel.cfg_parallel_size > 1 else "auto"
+        mode = self.options.extra.get("cfg_batch", default)
         if mode not in ("auto", "always", "never"):
             raise ConfigError(f"cfg_batch: expected auto, always or never, not {mode!r}")
         if mode == "auto":

@@ -11,7 +11,9 @@ OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
 _MODULE = "omni_qwen.pipelines"
 _EXTRAS = "omni_qwen.extras:QwenImageExtras"
-_CAPS = PipelineCapabilities(step_batching=True)
+#: CFG-parallel splits the batched [cond; uncond] forward over two ranks; Ulysses shards the
+#: image tokens of QwenImageTransformer2DModel (omni_core.distributed's sequence plan).
+_CAPS = PipelineCapabilities(step_batching=True, cfg_parallel=True, sequence_parallel=True)
 
 
 @hookimpl
