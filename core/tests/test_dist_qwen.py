@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from omni_core.config import ParallelConfig
-from omni_core.distributed.pipeline import launch_pipeline
+from omni_core.distributed.pipeline import ParallelPipeline
+from omni_core.pipelines.runtime import run_to_completion
 
 omni_qwen_testing = pytest.importorskip("omni_qwen.testing")
 
@@ -50,8 +51,16 @@ def qwen(tmp_path_factory):
 )
 def test_qwen_image_parallel_matches_single_process(qwen, layout, shards) -> None:
     path, spec, request, reference = qwen
-    with launch_pipeline(path, spec, layout, device_count=2, dtype="float32") as launcher:
-        result = launcher.run(request, timeout_s=600)
+    # Driven like a local pipeline (prepare / step / decode round trips), as Omni and the
+    # serving engine do.
+    pipeline = ParallelPipeline.launch(path, spec, layout, device_count=2, dtype="float32")
+    try:
+        assert pipeline.healthy
+        assert pipeline.validate(request).prompt == request.prompt
+        (result,) = run_to_completion(pipeline, [request])
+    finally:
+        pipeline.close()
+    assert not pipeline.healthy
     assert result.info["parallel"].get("sequence_shards") == shards
     got = np.asarray(result.images[0]).astype(np.int16)
     want = np.asarray(reference.images[0]).astype(np.int16)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from omni_core.config import ParallelConfig
-from omni_core.distributed.pipeline import launch_pipeline
+from omni_core.distributed.pipeline import ParallelPipeline, launch_pipeline
+from omni_core.pipelines.runtime import run_to_completion
 
 omni_wan_testing = pytest.importorskip("omni_wan.testing")
 
@@ -50,8 +51,16 @@ def wan(tmp_path_factory):
 )
 def test_wan_parallel_matches_single_process(wan, layout, shards) -> None:
     path, spec, request, reference = wan
-    with launch_pipeline(path, spec, layout, device_count=2) as launcher:
-        result = launcher.run(request, timeout_s=600)
+    # Driven like a local pipeline (prepare / step / decode round trips), as Omni and the
+    # serving engine do.
+    pipeline = ParallelPipeline.launch(path, spec, layout, device_count=2)
+    try:
+        assert pipeline.healthy
+        assert pipeline.validate(request).prompt == request.prompt
+        (result,) = run_to_completion(pipeline, [request])
+    finally:
+        pipeline.close()
+    assert not pipeline.healthy
     info = result.info["parallel"]
     assert info["world_size"] == 2
     assert info.get("sequence_shards") == shards

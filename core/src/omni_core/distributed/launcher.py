@@ -79,6 +79,10 @@ class WorkerProgram:
     def validate(self, payload: Any) -> Any:
         return payload
 
+    def answer(self, payload: Any) -> Any:
+        """Rank 0 alone answers a question (no broadcast, no collective): see ``ask``."""
+        raise NotImplementedError(f"{type(self).__name__} answers no questions")
+
     def run(self, payload: Any) -> Any:  # pragma: no cover - abstract in spirit
         raise NotImplementedError
 
@@ -186,6 +190,12 @@ def _worker_main(
                 except (EOFError, OSError):
                     msg = ("stop", None, None)
                 kind, rid, payload = msg
+                if kind == "ask":
+                    try:
+                        conn.send(("ok", rid, program.answer(payload)))
+                    except Exception as exc:  # noqa: BLE001 - goes back to the caller
+                        conn.send(("err", rid, _pack_error(exc, rank)))
+                    continue
                 if kind == "req":
                     try:
                         payload = program.validate(payload)
@@ -411,8 +421,12 @@ class ParallelLauncher:
         return self.layout.world_size
 
     # -- requests -------------------------------------------------------------------------------
-    def submit(self, payload: Any) -> Future[Any]:
-        """Send ``payload`` to the group; the future resolves to rank 0's result."""
+    def submit(self, payload: Any, *, kind: str = "req") -> Future[Any]:
+        """Send ``payload`` to the group; the future resolves to rank 0's result.
+
+        ``kind="ask"`` sends it to rank 0 only (``WorkerProgram.answer``): questions such as
+        request validation that need the loaded model but no other rank.
+        """
         if not self._started:
             raise DistributedError("the parallel worker group was not started (call start())")
         if self._closed or self._closing:
@@ -425,18 +439,18 @@ class ParallelLauncher:
             self._pending[rid] = future
         try:
             with self._send_lock:
-                self._conns[0].send(("req", rid, payload))
+                self._conns[0].send((kind, rid, payload))
         except (OSError, ValueError) as exc:
             with self._lock:
                 self._pending.pop(rid, None)
             raise WorkerDiedError(self._unhealthy or f"rank 0 is unreachable: {exc}") from None
         return future
 
-    def run(self, payload: Any, timeout_s: float | None = None) -> Any:
+    def run(self, payload: Any, timeout_s: float | None = None, *, kind: str = "req") -> Any:
         """Submit and wait. A timeout marks the group unhealthy (a worker may be hung)."""
         from concurrent.futures import TimeoutError as FutureTimeout
 
-        future = self.submit(payload)
+        future = self.submit(payload, kind=kind)
         timeout_s = timeout_s if timeout_s is not None else self.request_timeout_s
         try:
             return future.result(timeout_s)

@@ -3,8 +3,9 @@
 :func:`launch_pipeline` validates the layout against the machine, the checkpoint's head count
 and the pipeline's declared capabilities, then spawns the workers. Each rank loads the
 pipeline on its own device (``PipelineOptions.parallel`` set, ``current_parallel_state()``
-available), rank 0 validates requests, and every rank runs ``run_to_completion`` in
-lock-step; rank 0's :class:`GenerationResult` comes back.
+available) and rank 0 validates requests. :class:`ParallelPipeline` is the serving side: a
+:class:`StagedPipeline` whose prepare / step / decode run on every rank in lock-step, so the
+API and the serving engine use it like any local pipeline; rank 0's results come back.
 
 A pipeline opts in by wrapping its denoiser(s) after loading::
 
@@ -28,9 +29,10 @@ from omni_core.config import (
 )
 from omni_core.distributed.launcher import ParallelLauncher, WorkerContext, WorkerProgram
 from omni_core.distributed.layout import checkpoint_num_heads
+from omni_core.pipelines.base import StagedPipeline
 
 if TYPE_CHECKING:  # pragma: no cover
-    from omni_core.pipelines.base import GenerationRequest, GenerationResult, StagedPipeline
+    from omni_core.pipelines.base import DenoiseState, GenerationRequest, GenerationResult
     from omni_core.platforms import Platform
     from omni_core.registry import PipelineSpec
 
@@ -67,7 +69,14 @@ def auto_parallelize(pipeline: Any, router: Any = None) -> int:
 
 
 class PipelineProgram(WorkerProgram):
-    """Load ``spec`` from ``path`` on every rank; run requests to completion in lock-step."""
+    """Load ``spec`` from ``path`` on every rank and run the staged protocol in lock-step.
+
+    Payloads are commands: ``("generate", request)`` runs a request to completion;
+    ``("prepare", sid, request, drops)``, ``("step", sids, drops)`` and ``("decode", sid, drops)``
+    mirror :class:`StagedPipeline` so the serving engine keeps step-level batching (see
+    :class:`ParallelPipeline`). Every rank keeps its own copy of each state; ``drops`` lists
+    states the serving side forgot (cancelled requests) so the workers free them too.
+    """
 
     def __init__(
         self,
@@ -120,16 +129,52 @@ class PipelineProgram(WorkerProgram):
         if self.auto_parallelize:
             auto_parallelize(pipeline, options.attention)
         self.pipeline: StagedPipeline = pipeline
+        self.platform = platform
+        self.device = ctx.device
+        self.states: dict[int, DenoiseState] = {}
 
-    def validate(self, payload: GenerationRequest) -> GenerationRequest:
-        return self.pipeline.validate(payload)
+    def validate(self, payload: Any) -> Any:
+        if payload[0] in ("generate", "prepare"):
+            payload = (*payload[:-2], self.pipeline.validate(payload[-2]), payload[-1])
+        return payload
 
-    def run(self, payload: GenerationRequest) -> GenerationResult:
+    def answer(self, payload: Any) -> Any:
+        if payload[0] == "validate":
+            return self.pipeline.validate(payload[1])
+        if payload[0] == "describe":
+            return self.describe()
+        raise ValueError(f"unknown question {payload[0]!r}")
+
+    def run(self, payload: Any) -> Any:
         from omni_core.pipelines.runtime import run_to_completion
 
-        (result,) = run_to_completion(self.pipeline, [payload], max_batch=self.max_batch)
-        result.info["parallel"] = self.describe()
-        return result
+        command, *args, drops = payload
+        for sid in drops:
+            self.states.pop(sid, None)
+        if command == "generate":
+            (result,) = run_to_completion(self.pipeline, [args[0]], max_batch=self.max_batch)
+            result.info["parallel"] = self.describe()
+            return result
+        if command == "prepare":
+            sid, request = args
+            self.platform.reset_peak_memory(self.device)
+            state = self.pipeline.prepare(request)
+            self.states[sid] = state
+            return state.num_steps, self.pipeline.batch_key(state)
+        if command == "step":
+            states = [self.states[sid] for sid in args[0]]
+            self.pipeline.step(states)
+            # Finished states have no next step to batch (pipelines may not key them).
+            return [None if s.done else self.pipeline.batch_key(s) for s in states]
+        if command == "decode":
+            state = self.states.pop(args[0])
+            result = self.pipeline.decode(state)
+            result.info["parallel"] = self.describe()
+            peak = self.platform.memory_stats(self.device).get("peak_allocated_bytes")
+            if peak is not None:
+                result.peak_memory_bytes = peak
+            return result
+        raise ValueError(f"unknown command {command!r}")
 
     def describe(self) -> dict[str, Any]:
         """The layout and, per sequence-parallel denoiser, the last shard sizes (for info)."""
@@ -149,6 +194,95 @@ class PipelineProgram(WorkerProgram):
         if shards:
             info["sequence_shards"] = shards
         return info
+
+
+class ParallelPipeline(StagedPipeline):
+    """A :class:`StagedPipeline` whose stages run in a worker group: a drop-in for the engine.
+
+    ``Omni`` and the serving engine drive it exactly like a local pipeline (prepare / step /
+    decode, step-level batching by :meth:`batch_key`, progress and cancellation between
+    steps); each call is one round trip to rank 0, which broadcasts it to every rank. States
+    live in the workers; the local :class:`DenoiseState` is a handle (``data["sid"]``).
+    ``healthy`` and ``health_reason`` tell ``/health`` whether the group still serves.
+    """
+
+    def __init__(self, launcher: ParallelLauncher, spec: PipelineSpec | None = None) -> None:
+        import itertools
+        import threading
+
+        self.launcher = launcher
+        self.spec = spec
+        self._ids = itertools.count()
+        self._drops: list[int] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_pretrained(cls, path: Path, options: Any) -> ParallelPipeline:
+        raise TypeError("use ParallelPipeline.launch(path, spec, parallel, ...)")
+
+    @classmethod
+    def launch(
+        cls,
+        path: str | Path,
+        spec: PipelineSpec,
+        parallel: ParallelConfig,
+        **launch_options: Any,
+    ) -> ParallelPipeline:
+        """Validate the layout, spawn the workers, load the pipeline on every rank."""
+        return cls(launch_pipeline(path, spec, parallel, **launch_options), spec)
+
+    # -- health and lifecycle -------------------------------------------------------------------
+    @property
+    def healthy(self) -> bool:
+        return self.launcher.healthy
+
+    @property
+    def health_reason(self) -> str | None:
+        return self.launcher.health_reason
+
+    def close(self) -> None:
+        self.launcher.close()
+
+    # -- the staged protocol ----------------------------------------------------------------
+    def validate(self, request: GenerationRequest) -> GenerationRequest:
+        return self.launcher.run(("validate", request), kind="ask")
+
+    def prepare(self, request: GenerationRequest) -> DenoiseState:
+        import weakref
+
+        from omni_core.pipelines.base import DenoiseState
+
+        sid = next(self._ids)
+        num_steps, key = self.launcher.run(("prepare", sid, request, self._take_drops()))
+        state = DenoiseState(request=request, num_steps=num_steps, data={"sid": sid, "key": key})
+        weakref.finalize(state, self._forget, sid)
+        return state
+
+    def step(self, states: list[DenoiseState]) -> None:
+        sids = [s.data["sid"] for s in states]
+        keys = self.launcher.run(("step", sids, self._take_drops()))
+        for state, key in zip(states, keys, strict=True):
+            state.step_index += 1
+            state.data["key"] = key
+
+    def decode(self, state: DenoiseState) -> GenerationResult:
+        return self.launcher.run(("decode", state.data["sid"], self._take_drops()))
+
+    def batch_key(self, state: DenoiseState) -> Any:
+        return state.data["key"]
+
+    def generate(self, request: GenerationRequest) -> GenerationResult:
+        """One request start to finish in a single round trip (no step-level batching)."""
+        return self.launcher.run(("generate", request, self._take_drops()))
+
+    def _forget(self, sid: int) -> None:
+        with self._lock:
+            self._drops.append(sid)
+
+    def _take_drops(self) -> list[int]:
+        with self._lock:
+            drops, self._drops = self._drops, []
+        return drops
 
 
 def _denoisers(pipeline: Any) -> list[Any]:
