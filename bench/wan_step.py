@@ -226,10 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     from omni_core.pipelines.diffusers_attention import unroute_attention
 
     results["diffusers"], ref = run_diffusers()
-    results["omni"], ours = run_omni(args.attention)
-    results["omni"]["latents_rel_diff_vs_diffusers"] = _rel(ours, ref)
-    results["omni-sdpa"], ours_sdpa = run_omni("sdpa")
-    results["omni-sdpa"]["latents_rel_diff_vs_diffusers"] = _rel(ours_sdpa, ref)
+    for name, backend in (("omni", args.attention), ("omni-sdpa", "sdpa")):
+        try:
+            results[name], ours = run_omni(backend)
+            results[name]["latents_rel_diff_vs_diffusers"] = _rel(ours, ref)
+        except Exception as exc:  # noqa: BLE001 - keep the other measurements
+            results[name] = {"error": f"{type(exc).__name__}: {exc}", "median_s": float("inf")}
+            results[name]["peak_memory_bytes"] = None
     unroute_attention(model)
     results["diffusers-again"], _ = run_diffusers()
 
@@ -261,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         peak = row["peak_memory_bytes"]
         print(
             f"{name:16s} median {row['median_s'] * 1000:9.1f} ms/step   "
-            f"peak {'-' if peak is None else f'{peak / 2**30:.2f} GiB'}"
+            f"peak {'-' if peak is None else f'{peak / 2**30:.2f} GiB'}  {row.get('error', '')}"
         )
     return 0
 

@@ -442,9 +442,12 @@ class WanVideoPipeline(StagedPipeline):
         batch = model_input.shape[0]
 
         if first["cfg"]:
-            cond = [s.data["embeds"][0:1] for s in states]
-            uncond = [s.data["embeds"][1:2] for s in states]
-            text = torch.cat(cond + uncond)
+            if one:  # already [prompt; negative prompt]
+                text = first["embeds"]
+            else:
+                cond = [s.data["embeds"][0:1] for s in states]
+                uncond = [s.data["embeds"][1:2] for s in states]
+                text = torch.cat(cond + uncond)
             model_input = torch.cat([model_input, model_input])
         else:
             text = gather("embeds")
