@@ -87,6 +87,7 @@ class QwenLayout:
     latent_channels: int
     #: 2 when the scheduler stretches sigmas to a terminal value (one step divides by zero).
     min_steps: int = 1
+    guidance_embeds: bool = False
 
     @property
     def multiple(self) -> int:
@@ -108,6 +109,7 @@ class QwenLayout:
             vae_scale_factor=2 ** len(vae.get("temperal_downsample", [False, True, True])),
             latent_channels=int(transformer.get("in_channels", 64)) // 4,
             min_steps=2 if scheduler.get("shift_terminal") else 1,
+            guidance_embeds=bool(transformer.get("guidance_embeds", False)),
         )
 
 
@@ -270,7 +272,13 @@ class QwenImagePipeline(StagedPipeline):
         from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer
 
         layout = QwenLayout.read(path)
+        if layout.guidance_embeds:
+            raise ConfigError(
+                f"{path}: guidance-distilled Qwen-Image transformers are not supported"
+            )
         device, dtype = options.device, options.dtype
+        # The text encoder may live elsewhere (e.g. "cpu") to leave the GPU to the denoiser.
+        encoder_device = options.extra.get("text_encoder_device") or device
         scheduler_cfg = json.loads((path / "scheduler" / "scheduler_config.json").read_text())
         if scheduler_cfg.get("_class_name") != "FlowMatchEulerDiscreteScheduler" or (
             scheduler_cfg.get("stochastic_sampling")
@@ -293,15 +301,11 @@ class QwenImagePipeline(StagedPipeline):
             "text_encoder": Qwen2_5_VLForConditionalGeneration.from_pretrained(
                 path / "text_encoder", dtype=dtype, use_safetensors=True
             )
-            .to(device)
+            .to(encoder_device)
             .eval(),
             "tokenizer": Qwen2Tokenizer.from_pretrained(path / "tokenizer"),
             "scheduler": FlowMatchEulerDiscreteScheduler.from_pretrained(path / "scheduler"),
         }
-        if components["transformer"].config.guidance_embeds:
-            raise ConfigError(
-                f"{path}: guidance-distilled Qwen-Image transformers are not supported"
-            )
         if cls.image_range[1]:
             from omni_qwen.compat import load_vl_processor
 
