@@ -187,6 +187,15 @@ def parallelize_denoiser(
     state = state if state is not None else current_parallel_state()
     if state is None or state.world_size == 1:
         return model
+    done = getattr(model, "_omni_parallel_wrapper", None)
+    if done is not None:  # idempotent: a pipeline and the worker program may both ask
+        return done
+    result = _parallelize(model, router, state)
+    model._omni_parallel_wrapper = result  # type: ignore[attr-defined]
+    return result
+
+
+def _parallelize(model: Any, router: AttentionRouter | None, state: ParallelState) -> Any:
     if state.sequence_parallel:
         name = type(model).__name__
         plan = SEQUENCE_PLANS.get(name)

@@ -42,8 +42,8 @@ _DENOISER_ATTRS = ("transformer", "transformer_2")
 def auto_parallelize(pipeline: Any, router: Any = None) -> int:
     """Wrap a loaded pipeline's denoiser attributes with :func:`parallelize_denoiser`.
 
-    Returns how many denoisers were wrapped. Pipelines that wrap their own return 0 (their
-    models carry the marker set by ``parallelize_denoiser``).
+    Returns how many denoisers it wrapped; denoisers the pipeline already passed through
+    ``parallelize_denoiser`` are left as they are.
     """
     from omni_core.distributed.parallelize import parallelize_denoiser
 
@@ -51,13 +51,10 @@ def auto_parallelize(pipeline: Any, router: Any = None) -> int:
 
     def wrap(model: Any) -> Any:
         nonlocal count
-        if model is None or getattr(model, "_omni_parallel", False):
+        if model is None or getattr(model, "_omni_parallel_wrapper", None) is not None:
             return model
-        wrapped = parallelize_denoiser(model, router)
-        if wrapped is not None:
-            model._omni_parallel = True
-            count += 1
-        return wrapped
+        count += 1
+        return parallelize_denoiser(model, router)
 
     for attr in _DENOISER_ATTRS:
         if getattr(pipeline, attr, None) is not None:
