@@ -111,3 +111,36 @@ def test_generic_adapter_runs_wan_like_diffusers(tiny_wan: Any, wan_kwargs: Any)
     result = model.generate(seed=SEED, **wan_kwargs("t2v"))
     assert_close(result.video, reference(path, wan_kwargs("t2v")))
     assert result.info["attention"]["routed"]["transformer"] == {"self": 2, "cross": 2, "joint": 0}
+
+
+def test_wan_bfloat16_close_to_diffusers(tiny_wan: Any, wan_kwargs: Any) -> None:
+    """bf16 (the GPU default): diffusers runs CFG as two forwards, omni as one batch, so the
+    two differ by bf16 rounding only; the VAE stays float32 on both sides."""
+    from diffusers import AutoencoderKLWan, WanPipeline
+
+    from omni_core import Omni
+    from omni_core.pipelines.diffusers_utils import dtype_kwargs
+
+    path = tiny_wan("t2v")
+    vae = AutoencoderKLWan.from_pretrained(path / "vae", **dtype_kwargs(torch.float32))
+    pipe = WanPipeline.from_pretrained(path, vae=vae, **dtype_kwargs(torch.bfloat16))
+    pipe.set_progress_bar_config(disable=True)
+    kwargs = wan_kwargs("t2v")
+    frames = pipe(
+        **kwargs, output_type="np", generator=torch.Generator("cpu").manual_seed(SEED)
+    ).frames[0]
+    ref = (frames * 255).round().astype(np.int16)
+    result = Omni(path, dtype="bfloat16").generate(seed=SEED, **kwargs)
+    diff = np.abs(result.video.astype(np.int16) - ref)
+    assert diff.max() <= 4 and diff.mean() < 0.5, (diff.max(), diff.mean())
+
+
+def test_wan_single_frame_is_also_an_image(
+    tiny_wan: Any, omni_wan_model: Any, wan_kwargs: Any
+) -> None:
+    kwargs = wan_kwargs("t2v", num_frames=1)
+    ref = reference(tiny_wan("t2v"), kwargs)
+    result = omni_wan_model("t2v").generate(seed=SEED, **kwargs)
+    assert_close(result.video, ref)
+    assert len(result.images) == 1
+    assert np.array_equal(np.asarray(result.images[0]), result.video[0])

@@ -519,7 +519,13 @@ class WanVideoPipeline(StagedPipeline):
         # diffusers' VideoProcessor "np" output is (x / 2 + 0.5).clamp(0, 1); to uint8 on device.
         frames = ((video[0] / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8)
         array = frames.permute(1, 2, 3, 0).contiguous().cpu().numpy()
+        images = None
+        if array.shape[0] == 1:  # a one-frame "video" is an image: offer it as one too
+            from PIL import Image
+
+            images = [Image.fromarray(array[0])]
         return GenerationResult(
+            images=images,
             video=array,
             fps=d["fps"],
             info={
