@@ -382,6 +382,15 @@ def _floats(text: str | None, key: str) -> tuple[float, ...] | None:
         raise ConfigError(f"cache.options.{key}: expected comma-separated numbers") from None
 
 
+def _torch_dtype(name: Any) -> Any:
+    import torch
+
+    value = getattr(torch, str(name).removeprefix("torch."), None)
+    if not isinstance(value, torch.dtype):
+        raise ConfigError(f"cache.options.factors_dtype: unknown dtype {name!r}")
+    return value
+
+
 def _check_options(config: CacheConfig, allowed: set[str], backend: str) -> None:
     unknown = sorted(set(config.options) - allowed)
     if unknown:
@@ -460,14 +469,15 @@ class TaylorSeerCache(CacheBackend):
     """diffusers' TaylorSeer: full compute every ``cache_interval`` steps, extrapolated between.
 
     Options: ``cache_interval`` (5), ``warmup_steps`` (3, full compute first), ``max_order`` (1),
-    ``lite`` (False: cache only proj_out, skip blocks).
+    ``lite`` (False: cache only proj_out, skip blocks), ``factors_dtype`` (``bfloat16``).
+    Memory: the full variant keeps ``max_order + 1`` tensors of every block's output per request
+    branch (tens of GiB at Wan 14B 480p); ``lite`` keeps one tensor.
     """
 
     name = "taylorseer"
-    options = frozenset({"cache_interval", "warmup_steps", "max_order", "lite"})
+    options = frozenset({"cache_interval", "warmup_steps", "max_order", "lite", "factors_dtype"})
 
     def apply(self, module: Any, config: CacheConfig, adapter: CacheAdapter) -> CacheHandle:
-        import torch
         from diffusers.hooks import TaylorSeerCacheConfig, apply_taylorseer_cache
         from diffusers.hooks.taylorseer_cache import _TAYLORSEER_CACHE_HOOK
 
@@ -481,7 +491,7 @@ class TaylorSeerCache(CacheBackend):
             cache_interval=_option(config, "cache_interval", 5, int),
             disable_cache_before_step=_option(config, "warmup_steps", 3, int),
             max_order=_option(config, "max_order", 1, int),
-            taylor_factors_dtype=torch.float32,
+            taylor_factors_dtype=_torch_dtype(config.options.get("factors_dtype", "bfloat16")),
             cache_identifiers=patterns,
             use_lite_mode=bool(config.options.get("lite", False)),
         )
