@@ -103,7 +103,8 @@ class LiveServer:
 
     def http(self, **kwargs: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=120, **kwargs)
+        kwargs.setdefault("timeout", 120)
+        return httpx.Client(base_url=self.url, headers=headers, **kwargs)
 
     def stop(self) -> None:
         self.server.should_exit = True

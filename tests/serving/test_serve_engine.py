@@ -170,3 +170,27 @@ def test_serve_engine_cancel_timeout_and_back_pressure(omni_models) -> None:
             slow.future.result(timeout=60)
     finally:
         engine.stop(timeout=30)
+
+
+def test_serve_client_disconnect_cancels_the_request(live_server, wait_for,
+                                                     monkeypatch) -> None:
+    live_server.need("qwen")
+    import httpx
+
+    engine = live_server.state.models["qwen"].engine
+    pipeline = engine.pipeline
+    original = pipeline.step
+
+    def slow_step(states: list[Any]) -> None:  # 50 steps take >= 2.5 s, the client waits 0.5 s
+        time.sleep(0.05)
+        original(states)
+
+    monkeypatch.setattr(pipeline, "step", slow_step)
+    wait_for(lambda: engine.running_count == 0 and engine.queue_depth == 0)
+    before = _batch_counts(live_server)["count"]
+    with pytest.raises(httpx.ReadTimeout), live_server.http(timeout=0.5) as client:
+        client.post("/v1/images/generations", json={
+            "model": "qwen", "prompt": "abandoned", "size": "32x32", "num_inference_steps": 50})
+    wait_for(lambda: engine.running_count == 0 and engine.queue_depth == 0, timeout=60)
+    steps = _batch_counts(live_server)["count"] - before
+    assert steps < 50, f"{steps} steps ran for a request whose client went away"

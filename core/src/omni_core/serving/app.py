@@ -485,16 +485,36 @@ def _validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
         raise from_validation_error(exc) from None
 
 
-async def _await_job(state: ServerState, served: ServedModel, job: Job) -> Any:
-    """Wait for a job; a disconnected client cancels it."""
+async def _await_job(state: ServerState, served: ServedModel, job: Job,
+                     request: Request | None = None) -> Any:
+    """Wait for a job; a client that disconnects first cancels it (at the next step)."""
+    future = asyncio.wrap_future(job.future)
+    watcher = asyncio.ensure_future(_disconnected(request)) if request is not None else None
     try:
-        return await asyncio.wrap_future(job.future)
+        if watcher is not None:
+            await asyncio.wait({future, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not future.done():
+                raise asyncio.CancelledError
+        return await future
     except asyncio.CancelledError:
         if served.engine is not None:
             served.engine.cancel(job, "the client disconnected")
         raise
     except Exception as exc:  # noqa: BLE001 - mapped to its HTTP status
         raise from_exception(exc) from None
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+
+
+async def _disconnected(request: Request | None) -> None:
+    """Returns when the client goes away (the body was read already: only disconnects come)."""
+    if request is None:
+        return
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
 
 
 def _request_id(request: Request) -> str:
@@ -633,8 +653,9 @@ def _body_spec(model: type[BaseModel], *, multipart: bool, json_body: bool,
 
 
 def _image_routes(router: APIRouter, state: ServerState) -> None:
-    async def respond(served: ServedModel, body: Any, job: Job) -> dict[str, Any]:
-        result = await _await_job(state, served, job)
+    async def respond(served: ServedModel, body: Any, job: Job,
+                      http_request: Request) -> dict[str, Any]:
+        result = await _await_job(state, served, job, http_request)
         images = list(result.images or [])
         fmt = body.output_format
         encoded = await asyncio.to_thread(lambda: [media.encode_image(im, fmt) for im in images])
@@ -660,7 +681,7 @@ def _image_routes(router: APIRouter, state: ServerState) -> None:
         gen = state.build_request(served, num_outputs=body.n, request_id=_request_id(request),
                                   **kwargs)
         job = state.submit(served, Job(gen))
-        return await respond(served, body, job)
+        return await respond(served, body, job, request)
 
     @router.post("/images/edits", summary="Edit one or more images given a prompt",
                  openapi_extra=_body_spec(ImageEditBody, multipart=True, json_body=False,
@@ -694,7 +715,7 @@ def _image_routes(router: APIRouter, state: ServerState) -> None:
         gen = state.build_request(served, num_outputs=body.n, images=images,
                                   request_id=_request_id(request), **kwargs)
         job = state.submit(served, Job(gen))
-        return await respond(served, body, job)
+        return await respond(served, body, job, request)
 
     @router.get("/images/files/{name}", summary="An image returned with response_format=url")
     async def image_file(name: str) -> FileResponse:
@@ -867,7 +888,7 @@ def _speech_routes(router: APIRouter, state: ServerState) -> None:
         streaming = body.stream or body.stream_format is not None
         if not streaming:
             job = state.submit(served, Job(gen))
-            result = await _await_job(state, served, job)
+            result = await _await_job(state, served, job, request)
             data = await asyncio.to_thread(media.encode_audio, result.audio, result.sample_rate,
                                            body.response_format)
             return Response(data, media_type=media.AUDIO_MEDIA_TYPES[body.response_format],
