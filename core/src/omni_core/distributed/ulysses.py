@@ -172,12 +172,20 @@ def ulysses_attention(
         shard_cols = gather_sequence(attn_mask[..., replicated_prefix:], sizes, group, dim=-1)
         attn_mask = torch.cat([attn_mask[..., :replicated_prefix], shard_cols], dim=-1)
     t = replicated_prefix
+    # q, k and v travel in one all-to-all (stacked on the batch dim): one collective per
+    # attention call instead of three.
+    b = q.shape[0]
+    fused = q.shape == k.shape == v.shape
     if t:
         qt, kt, vt = (_head_slice(x[:, :t], rank, parts) for x in (q, k, v))
-        qs, ks, vs = (seq_to_heads(x[:, t:].contiguous(), sizes, rank, group) for x in (q, k, v))
-        qf, kf, vf = (
-            _cat(a, b) for a, b in ((qt, qs), (kt, ks), (vt, vs))
-        )
+        if fused:
+            stacked = torch.cat([q[:, t:], k[:, t:], v[:, t:]], dim=0)
+            qs, ks, vs = seq_to_heads(stacked, sizes, rank, group).split(b, dim=0)
+        else:
+            qs, ks, vs = (seq_to_heads(x[:, t:], sizes, rank, group) for x in (q, k, v))
+        qf, kf, vf = (_cat(x, y) for x, y in ((qt, qs), (kt, ks), (vt, vs)))
+    elif fused:
+        qf, kf, vf = seq_to_heads(torch.cat([q, k, v], dim=0), sizes, rank, group).split(b, dim=0)
     else:
         qf, kf, vf = (seq_to_heads(x, sizes, rank, group) for x in (q, k, v))
     mask = _mask_for_heads(attn_mask, rank, parts, heads)
