@@ -51,8 +51,9 @@ def test_tts_vits_matches_transformers(omni_tts, tiny_tts) -> None:
     # Native speed: transformers' speaking_rate (duration scaling, no pitch change).
     fast = omni_tts("vits").generate("hello world", seed=1, speed=2.0)
     torch.manual_seed(1)
+    model.speaking_rate = 2.0  # the attribute both transformers 4.x and 5.x honour
     with torch.no_grad():
-        ref = _np(model(**tok("hello world", return_tensors="pt"), speaking_rate=2.0).waveform)
+        ref = _np(model(**tok("hello world", return_tensors="pt")).waveform)
     np.testing.assert_array_equal(fast.audio, ref)
 
 
@@ -97,7 +98,7 @@ def test_tts_speecht5_matches_transformers(omni_tts, tiny_tts) -> None:
                 maxlenratio=2.0,
                 vocoder=vocoder,
             )
-        assert ours.sample_rate == 16000 and len(ours.audio) > 1000
+        assert ours.sample_rate == 16000 and len(ours.audio) > 200
         np.testing.assert_array_equal(ours.audio, _np(ref))
 
 
@@ -165,8 +166,11 @@ def test_tts_csm_matches_transformers(omni_tts, tiny_tts) -> None:
             inputs = processor(f"[{speaker}]{text}", add_special_tokens=True)
             ref = model.generate(**inputs, output_audio=True, max_new_tokens=20)[0]
         ours = np.concatenate([c.samples for c in chunks])
-        assert ours.shape == (ref.shape[0],) and ours.shape[0] % 1920 == 0
+        with torch.no_grad():  # samples per Mimi frame, as this transformers version decodes
+            hop = model.codec_model.decode(torch.ones(1, 4, 1, dtype=torch.long)).audio_values
+        hop = hop.shape[-1]
+        assert ours.shape == (ref.shape[0],) and ours.shape[0] % hop == 0
         # Chunked Mimi decoding with its attention window as context == whole decoding.
         np.testing.assert_allclose(ours, _np(ref), atol=2e-5, rtol=0)
         # It really streamed: 2 frames first, then 6-frame chunks, while generating.
-        assert [len(c.samples) // 1920 for c in chunks][:2] == [2, 6]
+        assert [len(c.samples) // hop for c in chunks][:2] == [2, 6]

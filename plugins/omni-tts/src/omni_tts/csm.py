@@ -88,7 +88,6 @@ class CsmPipeline(TransformersSpeechPipeline):
         self.model, self.processor = model, processor
         codec = model.codec_model.config
         self.sample_rate = int(codec.sampling_rate)
-        self.hop = round(codec.sampling_rate / codec.frame_rate)
         window = int(getattr(codec, "sliding_window", 0) or 0)
         self.default_context = window + 4  # attention window (in >= frames) + conv margin
         self.eos = int(model.config.codebook_eos_token_id)
@@ -111,6 +110,7 @@ class CsmPipeline(TransformersSpeechPipeline):
         """Processor inputs for ``request`` exactly as the model card builds them."""
         speaker = int((request.voice or "speaker-0").rsplit("-", 1)[1])
         inputs = self.processor(f"[{speaker}]{request.prompt}", add_special_tokens=True)
+        inputs.pop("token_type_ids", None)  # some tokenizers add them; generate() rejects them
         return inputs.to(self.device)
 
     def _decode(self, frames: list[Any], start: int, end: int, context: int) -> Any:
@@ -120,7 +120,9 @@ class CsmPipeline(TransformersSpeechPipeline):
         codes = torch.stack(frames[lo:end]).to(self.device)  # [T, num_codebooks]
         with torch.inference_mode():
             audio = self.model.codec_model.decode(codes.transpose(0, 1).unsqueeze(0)).audio_values
-        return self.to_numpy(audio[0, 0, (start - lo) * self.hop :])
+        # Samples per frame as decoded (a shape, no sync); configs' frame_rate can disagree.
+        hop = audio.shape[-1] // (end - lo)
+        return self.to_numpy(audio[0, 0, (start - lo) * hop :])
 
     def synthesize(self, request: GenerationRequest) -> Iterator[Any]:
         extras = request.extras

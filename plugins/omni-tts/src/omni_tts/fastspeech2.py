@@ -17,6 +17,8 @@ from omni_tts.common import (
     segments,
 )
 
+_MODEL_INPUTS = ("input_ids", "attention_mask")
+
 
 class FastSpeech2Extras(SegmentExtras):
     """FastSpeech2 extras (sentence splitting; the model is deterministic, seeds do nothing)."""
@@ -77,7 +79,8 @@ class FastSpeech2Pipeline(TransformersSpeechPipeline):
             index = int((request.voice or self._voices[0].id).rsplit("-", 1)[1])
             kwargs["speaker_ids"] = torch.tensor([[index]], device=self.device)
         for text in segments(request, request.extras["split_sentences"]):
-            inputs = self.tokenizer(text, return_tensors="pt").to(self.device)
+            encoded = self.tokenizer(text, return_tensors="pt")
+            inputs = {k: v.to(self.device) for k, v in encoded.items() if k in _MODEL_INPUTS}
             with torch.inference_mode():
                 if self.vocoder is None:
                     out = self.model(**inputs, **kwargs, return_dict=True)

@@ -78,6 +78,7 @@ def _char_tokenizer(
         bos_token=bos,
         eos_token=eos,
         additional_special_tokens=list(extra or []) or None,
+        model_input_names=["input_ids", "attention_mask"],
         **kwargs,
     )
     fast.save_pretrained(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,6 +16,8 @@ from omni_tts.common import (
     request_seed,
     segments,
 )
+
+_MODEL_INPUTS = ("input_ids", "attention_mask")
 
 
 class VitsExtras(SegmentExtras):
@@ -38,6 +41,8 @@ class VitsPipeline(TransformersSpeechPipeline):
         self.model = model
         self.tokenizer = tokenizer
         self.sample_rate = int(model.config.sampling_rate)
+        # transformers >= 5 takes speaking_rate per call; 4.x reads the module attribute.
+        self._rate_kwarg = "speaking_rate" in inspect.signature(model.forward).parameters
         n = int(getattr(model.config, "num_speakers", 1) or 1)
         self._voices = (
             [Voice(id=f"speaker-{i}", name=f"Speaker {i}") for i in range(n)]
@@ -67,12 +72,22 @@ class VitsPipeline(TransformersSpeechPipeline):
         seed = request_seed(request)
         speaker = self._speaker_id(request.voice)
         for i, text in enumerate(segments(request, request.extras["split_sentences"])):
-            inputs = self.tokenizer(text, return_tensors="pt").to(self.device)
+            encoded = self.tokenizer(text, return_tensors="pt")
+            inputs = {k: v.to(self.device) for k, v in encoded.items() if k in _MODEL_INPUTS}
             if inputs["input_ids"].shape[-1] == 0:
                 continue
-            kwargs: dict[str, Any] = {"speaking_rate": request.speed}
+            kwargs: dict[str, Any] = {}
             if speaker is not None:
                 kwargs["speaker_id"] = torch.tensor([speaker], device=self.device)
-            with self.seeded(seed + i):
-                waveform = self.model(**inputs, **kwargs).waveform
+            with self.seeded(seed + i):  # holds self.lock: the attribute below is ours alone
+                if self._rate_kwarg:
+                    kwargs["speaking_rate"] = request.speed
+                    waveform = self.model(**inputs, **kwargs).waveform
+                else:
+                    saved = self.model.speaking_rate
+                    self.model.speaking_rate = request.speed
+                    try:
+                        waveform = self.model(**inputs, **kwargs).waveform
+                    finally:
+                        self.model.speaking_rate = saved
             yield self.to_numpy(waveform)
