@@ -686,6 +686,20 @@ class BenchSettings:
     command: str
     measure_e2e: bool = True
     log: Callable[[str], None] = print
+    #: Called with a workload's rows after every new row (partial results survive a timeout).
+    flush: Callable[[list[dict[str, Any]]], None] = lambda _rows: None
+
+
+class _Rows(list):
+    """A row list that flushes after every append."""
+
+    def __init__(self, flush: Callable[[list[dict[str, Any]]], None]) -> None:
+        super().__init__()
+        self._flush = flush
+
+    def append(self, item: dict[str, Any]) -> None:
+        super().append(item)
+        self._flush(list(self))
 
 
 def run_workload(w: Workload, s: BenchSettings) -> list[dict[str, Any]]:
@@ -697,7 +711,7 @@ def run_workload(w: Workload, s: BenchSettings) -> list[dict[str, Any]]:
     from omni_core.config import CacheConfig
 
     dev, dtype = s.device, s.dtype
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = _Rows(s.flush)
     inputs = make_inputs(w, dev, dtype)
     encode_s, encode_note = (None, "skipped")
     decode_s, decode_note = (None, "skipped")
@@ -915,7 +929,8 @@ def run_workload(w: Workload, s: BenchSettings) -> list[dict[str, Any]]:
         if flops and not r.get("tflops") and r.get("sec_per_step"):
             r["tflops"] = _sig(flops / r["sec_per_step"] / 1e12)
             r["pct_of_peak"] = _sig(100 * r["tflops"] / s.peak_bf16)
-    return rows
+    s.flush(list(rows))
+    return list(rows)
 
 
 def _sig(value: float | None, digits: int = 4) -> float | None:
@@ -1047,9 +1062,11 @@ def run(
         settings.modes = (*modes, *(f"cache:{c}" for c in settings.caches))
     rows: list[dict[str, Any]] = []
     out.parent.mkdir(parents=True, exist_ok=True)
-    for name in chosen:
-        rows.extend(run_workload(table[name], settings))
-        out.write_text(json.dumps(rows, indent=2, default=str))  # keep partial results
+
+    def flush(current: list[dict[str, Any]]) -> None:
+        out.write_text(json.dumps(rows + current, indent=2, default=str))
+
+    settings.flush = flush
     meta = {
         "command": command,
         "device": _device_name(dev),
@@ -1059,6 +1076,9 @@ def run(
         "tiny": tiny,
     }
     out.with_suffix(".meta.json").write_text(json.dumps(meta, indent=2))
+    for name in chosen:
+        rows.extend(run_workload(table[name], settings))
+        out.write_text(json.dumps(rows, indent=2, default=str))
     plot = write_plot(rows, out.with_suffix(".png"))
     log(f"wrote {out} ({len(rows)} rows){' and ' + str(plot) if plot else ''}")
     return rows
