@@ -743,6 +743,7 @@ def run_workload(w: Workload, s: BenchSettings) -> list[dict[str, Any]]:
             "psnr_vs_bf16": None,
             "ssim_vs_bf16": None,
             "device": _device_name(dev),
+            "peak_bf16_tflops_measured": _sig(s.peak_bf16),
             "command": s.command,
         }
         out.update(kw)
