@@ -13,9 +13,10 @@ same for every model lives here, so plugins only write the model part:
 - :func:`change_speed` / :class:`StreamingTempo`: time-stretch without a pitch change through
   FFmpeg's ``atempo`` filter (PyAV, BSD; FFmpeg LGPL build). Pipelines whose model can scale
   durations itself (VITS, Piper) set ``native_speed = True`` and do it at the source instead.
-- Encoders: ``wav`` (16-bit PCM), ``pcm`` (raw s16le), ``flac`` and ``mp3`` through soundfile's
-  bundled libsndfile (BSD wrapper around an LGPL library), plus :class:`StreamEncoder` for
-  streamed HTTP bodies (PyAV for mp3/flac). :func:`write_audio` writes atomically (temp + rename).
+- Encoders: ``wav`` (16-bit PCM, stdlib ``wave``), ``pcm`` (raw s16le), ``flac`` and ``mp3``
+  through PyAV (BSD; its FFmpeg is an LGPL build with LAME), whole-file or incremental
+  (:class:`StreamEncoder`, for streamed HTTP bodies). No dependency beyond omni-core's runtime
+  extra (numpy, av). :func:`write_audio` writes atomically (temp file + rename).
 """
 
 from __future__ import annotations
@@ -438,16 +439,25 @@ def to_int16(samples: np.ndarray) -> np.ndarray:
 
 
 def encode_audio(samples: np.ndarray, sample_rate: int, fmt: str = "wav") -> bytes:
-    """Encode a whole float mono signal as ``fmt`` bytes."""
+    """Encode a whole float mono signal as ``fmt`` bytes (16-bit for wav, pcm and flac)."""
     fmt = check_format(fmt, sample_rate)
     if fmt == "pcm":
         return to_int16(samples).tobytes()
-    import soundfile as sf
+    if fmt == "wav":
+        import wave
 
-    subtype = {"wav": "PCM_16", "flac": "PCM_16", "mp3": "MPEG_LAYER_III"}[fmt]
+        buffer = io.BytesIO()
+        with wave.open(buffer, "wb") as handle:
+            handle.setnchannels(1)
+            handle.setsampwidth(2)
+            handle.setframerate(int(sample_rate))
+            handle.writeframes(to_int16(samples).tobytes())
+        return buffer.getvalue()
+    # flac / mp3 through FFmpeg (PyAV) into a seekable buffer, so headers get their totals.
     buffer = io.BytesIO()
-    data = to_int16(samples) if fmt != "mp3" else _as_float(samples)
-    sf.write(buffer, data, int(sample_rate), format=fmt.upper(), subtype=subtype)
+    encoder = StreamEncoder(fmt, sample_rate, _sink=buffer)
+    encoder.encode(samples)
+    encoder.close()
     return buffer.getvalue()
 
 
@@ -458,7 +468,11 @@ def _as_float(samples: np.ndarray) -> np.ndarray:
 
 
 def decode_audio(data: bytes, fmt: str = "wav", sample_rate: int | None = None) -> tuple[Any, int]:
-    """Decode bytes written by :func:`encode_audio` (or a stream) to float32 mono and its rate."""
+    """Decode bytes written by :func:`encode_audio` (or a stream) to float32 mono and its rate.
+
+    16-bit PCM comes back with the 32767 scale :func:`to_int16` used, so round trips through
+    wav, pcm and flac are bit-exact.
+    """
     import numpy as np
 
     fmt = check_format(fmt)
@@ -466,19 +480,22 @@ def decode_audio(data: bytes, fmt: str = "wav", sample_rate: int | None = None) 
         if sample_rate is None:
             raise ValueError("decoding raw pcm needs sample_rate")
         return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32767.0, sample_rate
-    import soundfile as sf
+    if fmt == "wav" and data[:4] == b"RIFF":
+        import wave
 
-    try:
-        if fmt == "mp3":
-            samples, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
-        else:
-            # 16-bit PCM back with the same 32767 scale :func:`to_int16` used: bit-exact.
-            ints, rate = sf.read(io.BytesIO(data), dtype="int16", always_2d=True)
-            samples = ints.astype(np.float32) / 32767.0
-    except (sf.LibsndfileError, RuntimeError, ValueError):
-        # Streamed flac has no total length in STREAMINFO; libsndfile refuses it, FFmpeg reads it.
-        return _decode_av(data)
-    return samples.mean(axis=1).astype(np.float32), int(rate)
+        with wave.open(io.BytesIO(data), "rb") as handle:
+            channels, width, rate = (
+                handle.getnchannels(),
+                handle.getsampwidth(),
+                handle.getframerate(),
+            )
+            # A streamed header says "unknown length": read what is there.
+            raw = handle.readframes(handle.getnframes())
+        if width == 2:
+            ints = np.frombuffer(raw[: len(raw) // (2 * channels) * 2 * channels], dtype="<i2")
+            samples = ints.astype(np.float32).reshape(-1, channels).mean(axis=1) / 32767.0
+            return samples.astype(np.float32), int(rate)
+    return _decode_av(data)
 
 
 def _decode_av(data: bytes) -> tuple[Any, int]:
@@ -539,21 +556,24 @@ class StreamEncoder:
     """Incremental encoder for streamed responses: ``encode(chunk)`` then ``close()``.
 
     ``pcm`` is raw s16le; ``wav`` starts with a header whose sizes say "unknown length"
-    (0xFFFFFFFF, as streaming servers do); ``mp3`` and ``flac`` go through PyAV's encoders.
+    (0xFFFFFFFF, as streaming servers do); ``mp3`` (LAME) and ``flac`` go through PyAV.
     """
 
-    def __init__(self, fmt: str, sample_rate: int) -> None:
+    def __init__(self, fmt: str, sample_rate: int, *, _sink: io.BytesIO | None = None) -> None:
         self.fmt = check_format(fmt, sample_rate)
         self.sample_rate = int(sample_rate)
         self.media_type = MEDIA_TYPES[self.fmt]
         self._started = False
-        self._codec: Any = None
         self._container: Any = None
+        # A seekable sink (whole-file encoding) lets the muxer fix up headers at close; the
+        # default non-seekable one hands out bytes as they are produced.
+        self._file = _sink
         self._sink = _Sink()
         if self.fmt in ("mp3", "flac"):
             import av
 
-            self._container = av.open(self._sink, mode="w", format=self.fmt)
+            target = _sink if _sink is not None else self._sink
+            self._container = av.open(target, mode="w", format=self.fmt)
             codec = "libmp3lame" if self.fmt == "mp3" else "flac"
             self._stream = self._container.add_stream(codec, rate=self.sample_rate, layout="mono")
             self._pts = 0
