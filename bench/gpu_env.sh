@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Source this on the GPU machine (python 3.12, torch with CUDA, no registry access) from the repo
+# root: it installs the carried wheels (.whl: diffusers, pydantic, fastapi, ...) and omni's own
+# packages (not editable, so their `omni` entry points are real) into /tmp/site.
+set -e
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site \
+  ./core ./plugins/omni-wan ./plugins/omni-qwen
+python3 - <<'PY'
+import torch, diffusers, transformers
+print("torch", torch.__version__, "diffusers", diffusers.__version__,
+      "transformers", transformers.__version__, "gpus", torch.cuda.device_count(),
+      torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")
+PY
+set +e
