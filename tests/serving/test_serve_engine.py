@@ -194,3 +194,32 @@ def test_serve_client_disconnect_cancels_the_request(live_server, wait_for,
     wait_for(lambda: engine.running_count == 0 and engine.queue_depth == 0, timeout=60)
     steps = _batch_counts(live_server)["count"] - before
     assert steps < 50, f"{steps} steps ran for a request whose client went away"
+
+
+@pytest.mark.parametrize("model_id", ["qwen", "wan"])
+def test_serve_requests_join_between_steps(omni_models, model_id: str) -> None:
+    """A request that arrives while another is mid-way joins at the next step boundary (batched
+    with it where the pipeline's batch_key allows) and both match a solo run."""
+    if model_id not in omni_models:
+        pytest.skip(f"{model_id} is not available")
+    omni = omni_models[model_id]
+    size = {"width": 32, "height": 32} | ({"num_frames": 5} if model_id == "wan" else {})
+    first = omni.request("first prompt", seed=1, num_inference_steps=8, **size)
+    late = [omni.request(f"late prompt {i}", seed=10 + i, num_inference_steps=8, **size)
+            for i in range(2)]
+    progressed = []
+    engine = Engine(omni.pipeline, max_batch=4).start()
+    try:
+        head = engine.submit(Job(first, on_progress=lambda d, t: progressed.append(d)))
+        deadline = time.monotonic() + 60
+        while len(progressed) < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        tail = [engine.submit(Job(r)) for r in late]
+        results = [j.future.result(timeout=120) for j in [head, *tail]]
+    finally:
+        engine.stop(timeout=30)
+    assert progressed[-1] == 8
+    solo = _run_all(Engine(omni.pipeline, max_batch=1), [first, *late])
+    for a, b in zip(results, solo, strict=True):
+        diff = np.abs(_pixels(a).astype(np.int16) - _pixels(b).astype(np.int16))
+        assert diff.max() <= 1, diff.max()

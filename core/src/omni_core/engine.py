@@ -144,7 +144,6 @@ class _Running:
     stream: Iterator[AudioChunk] | None = None
     chunks: list[AudioChunk] = field(default_factory=list)
     first_chunk_s: float | None = None
-    key: Hashable = None
 
 
 def describe_failure(exc: BaseException, batch: int = 1) -> str:
@@ -329,7 +328,6 @@ class Engine:
             else:
                 assert isinstance(self.pipeline, StagedPipeline)
                 entry.state = self.pipeline.prepare(job.request)
-                entry.key = self.pipeline.batch_key(entry.state)
         except InvalidRequestError as exc:
             self._finish_error(job, exc)
             return
@@ -357,9 +355,14 @@ class Engine:
         staged = [r for r in self._running if r.state is not None]
         speech = [r for r in self._running if r.stream is not None]
         if staged:
+            # Keys are recomputed every step: they may include the step index (pipelines whose
+            # step() needs one shared timestep), so compatibility changes as requests advance.
             groups: dict[Hashable, list[_Running]] = collections.defaultdict(list)
+            pipeline = self.pipeline
+            assert isinstance(pipeline, StagedPipeline)
             for entry in staged:
-                groups[entry.key].append(entry)
+                assert entry.state is not None
+                groups[pipeline.batch_key(entry.state)].append(entry)
             for group in groups.values():
                 for start in range(0, len(group), self.max_batch):
                     self._step(group[start : start + self.max_batch])

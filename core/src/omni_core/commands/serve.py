@@ -29,6 +29,16 @@ def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, s
     return out
 
 
+def _preflight(config: object) -> None:
+    """Fail before binding a port when a model cannot be found or no pipeline serves it."""
+    from omni_core.pipelines.loading import find_pipeline, resolve_model_path
+    from omni_core.plugins import get_registry
+
+    for source in config.models:  # type: ignore[attr-defined]
+        path = resolve_model_path(source.path)
+        find_pipeline(get_registry(), path, source.pipeline)
+
+
 @click.command("serve")
 @click.argument("models", nargs=-1, required=True)
 @click.option("--name", "names", multiple=True,
@@ -110,6 +120,7 @@ def serve(models: tuple[str, ...], names: tuple[str, ...], host: str, port: int,
         )
     except ValueError as exc:  # pydantic's ValidationError
         raise ConfigError(str(exc)) from None
+    _preflight(config)
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

@@ -1,0 +1,85 @@
+"""`omni serve` option errors (exit 2, before any port is bound) and `omni bench serve` against
+the live server (JSON and PNG written, numbers consistent)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from omni_core.cli import cli
+
+
+def _run(*args: str) -> object:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["serve"], "Missing argument"),
+        (["serve", "/no/such/folder"], "no such folder"),
+        (["serve", "m", "--port", "99999"], "99999"),
+        (["serve", "m", "--max-batch", "0"], "0"),
+        (["serve", "a", "--name", "x", "--name", "y"], "--name"),
+        (["serve", "a", "a"], "unique"),
+        (["serve", "m", "--warmup-request", "[1]"], "JSON object"),
+        (["bench", "serve"], "--task"),
+        (["bench", "serve", "--task", "t2i", "--request-rate", "0"], "> 0"),
+        (["bench", "serve", "--task", "t2i", "--request-rate", "fast"], "not a number"),
+        (["bench", "serve", "--task", "t2i", "--extra", "{"], "JSON"),
+        (["bench", "serve", "--task", "t2x"], "t2x"),
+    ],
+)
+def test_serve_cli_bad_options_exit_2(args: list[str], needle: str) -> None:
+    result = _run(*args)
+    assert result.exit_code == 2, result.output
+    assert needle in result.output
+
+
+def test_serve_cli_bench_is_a_lazy_group() -> None:
+    from omni_core.commands.bench import BENCH_COMMANDS
+
+    result = _run("bench", "--help")
+    assert result.exit_code == 0
+    for name in BENCH_COMMANDS:
+        assert name in result.output
+
+
+def test_serve_cli_bench_serve_unreachable_server() -> None:
+    result = _run("bench", "serve", "--task", "t2i", "--base-url", "http://127.0.0.1:9",
+                  "--warmup-requests", "0", "--num-prompts", "1", "--model", "x")
+    # Every request failed to connect: reported, and a non-zero exit.
+    assert result.exit_code != 0
+    assert "failed 1" in result.output or "cannot reach" in result.output
+
+
+@pytest.mark.parametrize("task", ["t2i", "tts"])
+def test_serve_cli_bench_serve_live(live_server, tmp_path: Path, task: str) -> None:
+    model = {"t2i": "qwen", "tts": "tts"}[task]
+    live_server.need(model)
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    args = ["bench", "serve", "--base-url", live_server.url, "--task", task,
+            "--num-prompts", "6", "--max-concurrency", "3", "--request-rate", "50",
+            "--warmup-requests", "1", "--slo-ms", "60000", "--api-key", live_server.api_key,
+            "--output", str(out), "--plot", str(png)]
+    if task == "t2i":
+        args += ["--size", "32x32", "--steps", "2"]
+    result = _run(*args)
+    assert result.exit_code == 0, result.output
+    assert "throughput" in result.output
+    summary = json.loads(out.read_text())
+    assert summary["command"].startswith("omni bench serve")
+    assert summary["model"] == model
+    assert summary["completed"] + summary["rejected"] == 6 and summary["failed"] == 0
+    latency = summary["latency_ms"]
+    assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["max"]
+    assert summary["slo_attainment"] == summary["completed"] / 6
+    assert len(summary["requests"]) == 6
+    if task == "tts":
+        assert 0 < summary["ttfb_ms"]["p50"] <= latency["max"]
+        assert summary["real_time_factor"]["mean"] > 0
+        assert summary["audio_seconds"] > 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
