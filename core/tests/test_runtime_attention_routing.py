@@ -128,17 +128,42 @@ def test_runtime_unrouted_models_are_untouched(wan: Any) -> None:
 
 
 @torch.no_grad()
-def test_runtime_dynamic_routing_follows_use_router(wan: Any) -> None:
-    """router=None: each call asks the router active at call time (use_router)."""
+def test_runtime_router_none_binds_the_active_router(wan: Any) -> None:
+    """router=None: the router active when routing (use_router), else plain SDPA."""
     model, inputs = wan
-    route_attention(model, None)
     calls: list[tuple[str, tuple[int, ...]]] = []
+    with use_router(_spy_router(calls)):
+        route_attention(model, None)
+    model(**inputs)
+    assert [role for role, _ in calls] == ["self", "cross"] * 2
+    calls.clear()
+    route_attention(model, None)  # no active router now: SDPA
     model(**inputs)
     assert calls == []
-    with use_router(_spy_router(calls)):
-        model(**inputs)
-    assert [role for role, _ in calls] == ["self", "cross"] * 2
     unroute_attention(model)
+
+
+def test_runtime_routed_blocks_compile_without_graph_breaks(wan: Any) -> None:
+    """The routed __call__ traces cleanly under torch.compile (no per-call Python state)."""
+    import torch._dynamo
+
+    model, inputs = wan
+    route_attention(model, _spy_router([]))
+    block = model.blocks[0]
+    rotary = model.rope(inputs["hidden_states"])
+    hidden = torch.randn(1, 32, 24)
+    text = torch.randn(1, 7, 24)
+    temb = torch.randn(1, 6, 24)
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(block)(hidden, text, temb, rotary)
+    assert explanation.graph_break_count == 0
+    compiled = torch.compile(block, backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(
+            compiled(hidden, text, temb, rotary), block(hidden, text, temb, rotary)
+        )
+    unroute_attention(model)
+    torch._dynamo.reset()
 
 
 def test_runtime_old_style_processors_are_reported_skipped() -> None:

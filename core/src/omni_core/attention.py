@@ -118,6 +118,11 @@ def use_router(router: AttentionRouter) -> Iterator[AttentionRouter]:
         _ACTIVE.reset(token)
 
 
+def active_router() -> AttentionRouter | None:
+    """The router :func:`use_router` made active here, if any."""
+    return _ACTIVE.get()
+
+
 def dispatch_attention(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -1,28 +1,34 @@
 """Route the attention of a diffusers model through omni's dispatcher, per role.
 
-Modern diffusers models compute attention in their processors by calling the module-level
-name ``dispatch_attention_fn`` (q/k/v as ``[batch, seq, heads, head_dim]``, the layout omni's
-backends take). :func:`route_attention` does two small things and copies no diffusers code:
+Modern diffusers models compute attention in their processors' ``__call__`` by calling the
+module-level name ``dispatch_attention_fn`` (q/k/v as ``[batch, seq, heads, head_dim]``, the
+layout omni's backends take). :func:`route_attention` rebinds that one name, per processor, and
+copies no diffusers code:
 
-1. each attention module's processor is given a thin subclass of its own class (same
-   attributes, same ``__call__`` signature, so diffusers' kwarg filtering keeps working) that
-   marks, for the duration of the call, which omni role (``self``/``cross``/``joint``) and which
-   kernel the call belongs to;
-2. the ``dispatch_attention_fn`` global of the processor's module is replaced once by a shim:
-   inside a marked call it runs omni's kernel; anywhere else (another model in the process, a
-   call with dropout, a causal mask, GQA or diffusers' context parallelism) it calls the original
-   function unchanged.
+- each attention module's processor gets a thin subclass of its own class whose ``__call__`` is
+  the *same code object* as the original, built with a globals mapping in which
+  ``dispatch_attention_fn`` is omni's kernel for that module's role (``self`` / ``cross`` /
+  ``joint``). Attributes and the ``__call__`` signature are unchanged, so diffusers' keyword
+  filtering, ``set_attention_backend`` and ``fuse_projections`` keep working;
+- inside that kernel, calls omni cannot serve as asked (dropout, ``is_causal``, GQA, extra
+  ``attention_kwargs``, diffusers' own context parallelism) go to the original diffusers
+  function unchanged.
 
-Processors that call ``torch.nn.functional.scaled_dot_product_attention`` directly (the older
-``AttnProcessor2_0`` family) cannot be rerouted without patching torch globally; they are left
-alone and listed in :attr:`RoutingReport.skipped`.
+No module global is patched and no per-call state is kept, so other models in the process are
+untouched and ``torch.compile`` traces routed blocks without graph breaks (the routed
+``__call__`` lives in a module object of its own, registered in ``sys.modules``, because dynamo
+resolves a function's globals through its module). The kernel is bound when routing: to change
+backends, route again.
+
+Processors that do not call ``dispatch_attention_fn`` themselves (the older ``AttnProcessor2_0``
+family calls ``F.scaled_dot_product_attention`` directly) are left alone and listed in
+:attr:`RoutingReport.skipped`. :func:`unroute_attention` restores the original classes.
 """
 
 from __future__ import annotations
 
-import contextvars
-import inspect
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,18 +41,17 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Chooses the role of one attention module: ``(qualified_name, module) -> role``.
 RoleFn = Callable[[str, Any], "Role"]
 
-_ACTIVE: contextvars.ContextVar[tuple[Callable[..., Any], str] | None] = contextvars.ContextVar(
-    "omni_diffusers_attention", default=None
-)
-_SHIM_FLAG = "__omni_routed__"
-_ROUTED_CLASSES: dict[type, type] = {}
+_NAME = "dispatch_attention_fn"
+_ROUTED_CLASSES: dict[tuple[type, str, Any], type] = {}
 
 
 @dataclass
 class RoutingReport:
     """What :func:`route_attention` did: processors routed per role, and modules left alone."""
 
-    routed: dict[str, int] = field(default_factory=lambda: {"self": 0, "cross": 0, "joint": 0})
+    routed: dict[str, int] = field(
+        default_factory=lambda: {"self": 0, "cross": 0, "joint": 0}
+    )
     skipped: list[str] = field(default_factory=list)
 
     @property
@@ -73,26 +78,23 @@ def route_attention(
     *,
     role_fn: RoleFn = default_role,
 ) -> RoutingReport:
-    """Make ``model``'s attention calls run omni's kernels; idempotent.
+    """Make ``model``'s attention calls run omni's kernels; idempotent, re-routable.
 
-    ``router`` fixes the kernel per role now; with ``None`` each call asks
-    :func:`omni_core.attention.dispatch_attention`, i.e. the router active at call time
-    (``use_router``) or plain SDPA.
+    The kernel per role comes from ``router``; with ``None``, from the router active now
+    (:func:`omni_core.attention.use_router`) or plain SDPA. It is bound at this call, not looked
+    up per attention call (that keeps compiled graphs whole).
     """
     report = RoutingReport()
     for name, module in model.named_modules():
         processor = getattr(module, "processor", None)
         if processor is None or not callable(processor) or isinstance(processor, type):
             continue
-        role = role_fn(name, module)
-        base = getattr(processor, "_omni_base_class", type(processor))
-        if not _patch_module(base.__module__):
+        base = getattr(type(processor), "_omni_base_class", type(processor))
+        if not _calls_dispatch(base):
             report.skipped.append(f"{name} ({base.__name__})")
             continue
-        if type(processor) is base:
-            processor.__class__ = _routed_class(base)
-        processor._omni_role = role
-        processor._omni_kernel = _kernel(router, role)
+        role = role_fn(name, module)
+        processor.__class__ = _routed_class(base, role, _kernel(router, role))
         report.routed[role] += 1
     return report
 
@@ -109,56 +111,80 @@ def unroute_attention(model: torch.nn.Module) -> int:
     return count
 
 
+def _calls_dispatch(base: type) -> bool:
+    """Whether ``base.__call__`` itself (or a function nested in it) names the dispatcher."""
+    call = getattr(base, "__call__", None)  # noqa: B004 - the class attribute, not callability
+    code = getattr(call, "__code__", None)
+    if code is None or _NAME not in call.__globals__:
+        return False
+    stack = [code]
+    while stack:
+        current = stack.pop()
+        if _NAME in current.co_names:
+            return True
+        stack.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    return False
+
+
 def _kernel(router: AttentionRouter | None, role: Role) -> Callable[..., Any]:
+    """The kernel of ``role``: from ``router``, else the router active now, else SDPA."""
+    if router is None:
+        from omni_core.attention import active_router
+
+        router = active_router()
     if router is not None:
         return router.functions[role]
-    from omni_core.attention import dispatch_attention
+    from omni_core.builtins.attention import sdpa
 
-    def dynamic(q: Any, k: Any, v: Any, *, attn_mask: Any = None, scale: Any = None) -> Any:
-        return dispatch_attention(q, k, v, role=role, attn_mask=attn_mask, scale=scale)
-
-    return dynamic
+    return sdpa
 
 
-def _routed_class(base: type) -> type:
-    """A subclass of ``base`` whose calls are marked with the processor's role and kernel."""
-    routed = _ROUTED_CLASSES.get(base)
+def _routed_class(base: type, role: str, kernel: Callable[..., Any]) -> type:
+    """A subclass of ``base`` whose ``__call__`` sees ``kernel`` as ``dispatch_attention_fn``."""
+    key = (base, role, kernel)
+    routed = _ROUTED_CLASSES.get(key)
     if routed is not None:
         return routed
-    original_call = base.__call__
-
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        token = _ACTIVE.set((self._omni_kernel, self._omni_role))
-        try:
-            return original_call(self, *args, **kwargs)
-        finally:
-            _ACTIVE.reset(token)
-
-    # diffusers filters processor kwargs by inspecting __call__: keep the original signature.
-    __call__.__signature__ = inspect.signature(original_call)  # type: ignore[attr-defined]
-    __call__.__doc__ = original_call.__doc__
+    original = base.__call__
+    # The routed __call__ runs the original code object against a *module* of its own: a copy
+    # of the original module's namespace with the one name rebound, registered in sys.modules
+    # under its own name (torch.compile resolves a function's globals through its module).
+    source = original.__globals__
+    module_name = f"omni_core._routed.{len(_ROUTED_CLASSES)}.{source.get('__name__', 'module')}"
+    module = types.ModuleType(module_name)
+    module.__dict__.update(source)
+    module.__dict__["__name__"] = module_name
+    module.__dict__[_NAME] = _make_dispatch(kernel, source[_NAME])
+    sys.modules[module_name] = module
+    call = types.FunctionType(
+        original.__code__,
+        module.__dict__,
+        original.__name__,
+        original.__defaults__,
+        original.__closure__,
+    )
+    call.__kwdefaults__ = original.__kwdefaults__
+    call.__qualname__ = original.__qualname__
+    call.__doc__ = original.__doc__
+    call.__annotations__ = dict(getattr(original, "__annotations__", {}))
     routed = type(
         f"OmniRouted{base.__name__}",
         (base,),
-        {"__call__": __call__, "_omni_base_class": base, "__module__": base.__module__},
+        {
+            "__call__": call,
+            "__module__": base.__module__,
+            "_omni_base_class": base,
+            "_omni_role": role,
+            "_omni_kernel": staticmethod(kernel),
+        },
     )
-    _ROUTED_CLASSES[base] = routed
+    _ROUTED_CLASSES[key] = routed
     return routed
 
 
-def _patch_module(module_name: str) -> bool:
-    """Swap ``dispatch_attention_fn`` in ``module_name`` for the shim; False if it has none."""
-    module = sys.modules.get(module_name)
-    original = getattr(module, "dispatch_attention_fn", None) if module is not None else None
-    if original is None:
-        return False
-    if getattr(original, _SHIM_FLAG, False):
-        return True
-    module.dispatch_attention_fn = _make_shim(original)  # type: ignore[union-attr]
-    return True
-
-
-def _make_shim(original: Callable[..., Any]) -> Callable[..., Any]:
+def _make_dispatch(
+    kernel: Callable[..., Any], original: Callable[..., Any]
+) -> Callable[..., Any]:
     def dispatch_attention_fn(
         query: Any,
         key: Any,
@@ -171,10 +197,8 @@ def _make_shim(original: Callable[..., Any]) -> Callable[..., Any]:
         attention_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
-        active = _ACTIVE.get()
         if (
-            active is None
-            or dropout_p
+            dropout_p
             or is_causal
             or enable_gqa
             or attention_kwargs
@@ -192,12 +216,10 @@ def _make_shim(original: Callable[..., Any]) -> Callable[..., Any]:
                 attention_kwargs,
                 **kwargs,
             )
-        kernel, _role = active
         if attn_mask is not None and attn_mask.ndim == 2:
             # A [batch, keys] padding mask, as diffusers accepts it: broadcast over heads/queries.
             attn_mask = attn_mask[:, None, None, :]
         return kernel(query, key, value, attn_mask=attn_mask, scale=scale)
 
-    setattr(dispatch_attention_fn, _SHIM_FLAG, True)
     dispatch_attention_fn.__wrapped__ = original  # type: ignore[attr-defined]
     return dispatch_attention_fn
