@@ -59,8 +59,6 @@ def compatibility_rows(compatibility: dict[str, str]) -> list[dict[str, Any]]:
                     satisfied = None
             except ImportError:  # packaging is not a dependency of omni-core
                 satisfied = None
-        elif requirement:
-            satisfied = False
         rows.append(
             {
                 "distribution": distribution,
@@ -226,11 +224,14 @@ def render(report: dict[str, Any]) -> str:
         if not item["compatibility"]:
             lines.append(f"  {item['name']}: no requirements declared")
             continue
-        cells = [
-            f"{row['distribution']} {row['requires']} (installed {row['installed'] or 'none'}: "
-            f"{ {True: 'ok', False: 'MISMATCH', None: 'unchecked'}[row['satisfied']] })"
-            for row in item["compatibility"]
-        ]
+        cells = []
+        for row in item["compatibility"]:
+            if row["installed"] is None:
+                state = "not installed"
+            else:
+                verdict = {True: "ok", False: "MISMATCH", None: "unchecked"}[row["satisfied"]]
+                state = f"installed {row['installed']}: {verdict}"
+            cells.append(f"{row['distribution']} {row['requires']} ({state})")
         lines.append(f"  {item['name']}: " + "; ".join(cells))
     if report["attention_routing"]:
         lines += ["", "attention routing (from config):"]
