@@ -23,6 +23,7 @@ Prompt embeddings and input-image latents are kept in small LRU caches, so repea
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -252,6 +253,8 @@ class QwenImagePipeline(StagedPipeline):
         self.scheduler = components["scheduler"]
         self.image_processor = VaeImageProcessor(vae_scale_factor=layout.vae_scale_factor * 2)
         self.routing = _route(self.transformer, options)
+        #: Set by from_pretrained: what omni_core.acceleration applied (None: nothing).
+        self.accel: Any = None
         vae_cfg = self.vae.config
         self._latents_mean = torch.tensor(vae_cfg.latents_mean).view(1, vae_cfg.z_dim, 1, 1, 1)
         self._latents_std = torch.tensor(vae_cfg.latents_std).view(1, vae_cfg.z_dim, 1, 1, 1)
@@ -310,7 +313,15 @@ class QwenImagePipeline(StagedPipeline):
             from omni_qwen.compat import load_vl_processor
 
             components["processor"] = load_vl_processor(path / "processor")
-        return cls(layout, components, options)
+        from omni_core.acceleration import apply_acceleration
+
+        # Quantization, regional compile and the step cache, as configured (order fixed there).
+        accel = apply_acceleration(
+            {"transformer": components["transformer"]}, options, pipeline_cls=cls
+        )
+        pipeline = cls(layout, components, options)
+        pipeline.accel = accel
+        return pipeline
 
     # -- validation (before any compute) ---------------------------------------------------
 
@@ -489,20 +500,22 @@ class QwenImagePipeline(StagedPipeline):
                 timestep = torch.cat([timestep, timestep], dim=0)
             else:
                 branches.append(negatives)
+        names = _branch_names(len(branches)) if first.cfg else [None]
         outputs = []
-        for branch in branches:
+        for branch, name in zip(branches, names, strict=True):
             encoder_states, mask = _pad(branch)
-            outputs.append(
-                self.transformer(
-                    hidden_states=model_in,
-                    timestep=timestep,
-                    guidance=None,
-                    encoder_hidden_states=encoder_states,
-                    encoder_hidden_states_mask=mask,
-                    img_shapes=[list(first.img_shapes)] * model_in.shape[0],
-                    return_dict=False,
-                )[0][:, :seq]
-            )
+            with self._cache_context(group, name):
+                outputs.append(
+                    self.transformer(
+                        hidden_states=model_in,
+                        timestep=timestep,
+                        guidance=None,
+                        encoder_hidden_states=encoder_states,
+                        encoder_hidden_states_mask=mask,
+                        img_shapes=[list(first.img_shapes)] * model_in.shape[0],
+                        return_dict=False,
+                    )[0][:, :seq]
+                )
         out = _cat(outputs)
         if first.cfg:
             cond, neg = out.chunk(2, dim=0)
@@ -531,6 +544,8 @@ class QwenImagePipeline(StagedPipeline):
         latents = latents / std_inv + mean
         pixels = self.vae.decode(latents, return_dict=False)[0][:, :, 0]
         images = self.image_processor.postprocess(pixels, output_type="pil")
+        if self.accel is not None and self.accel.caches:
+            state.info["step_cache"] = self.accel.finish_request(state.request.request_id)
         info = {
             **state.info,
             "pipeline": self.spec.name if self.spec else self.family,
@@ -541,6 +556,16 @@ class QwenImagePipeline(StagedPipeline):
         return GenerationResult(images=list(images), timings=dict(state.timings), info=info)
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _cache_context(self, group: list[QwenState], branch: str | None) -> Any:
+        """The step cache's context for one forward (a no-op without a cache)."""
+        if self.accel is None or not self.accel.caches:
+            return contextlib.nullcontext()
+        from omni_core.acceleration import cache_key
+
+        return self.accel.cache_context(
+            "transformer", cache_key((s.request.request_id for s in group), branch)
+        )
 
     def _batch_cfg(self, embeds: list[torch.Tensor]) -> bool:
         """Whether CFG's two branches share one forward.
@@ -694,6 +719,11 @@ class QwenImageEditPlusPipeline(QwenImagePipeline):
 
 
 # -- tensor helpers (no host syncs) --------------------------------------------------------------
+
+
+def _branch_names(count: int) -> list[str | None]:
+    """Cache-context branch names: one batched CFG forward, or cond then uncond."""
+    return ["cfg"] if count == 1 else ["cond", "uncond"]
 
 
 def _cat(tensors: list[Any]) -> torch.Tensor:
