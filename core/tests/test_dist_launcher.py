@@ -62,3 +62,16 @@ def test_launcher_lifecycle_and_dead_worker() -> None:
             os.kill(pid, 0)
     with pytest.raises(DistributedError, match="closed"):
         launcher.submit("closed")
+
+
+def test_hung_worker_times_out_and_marks_the_group_unhealthy() -> None:
+    before = _children()
+    launcher = ParallelLauncher(EchoProgram(), ParallelConfig(ulysses_degree=2), device_count=2)
+    with launcher:
+        assert launcher.run("warm", timeout_s=120)["rank_sum"] == 3
+        # The last rank sleeps instead of joining the collective: rank 0 waits, no answer.
+        with pytest.raises(WorkerDiedError, match="no answer within 3 s: a worker is hung"):
+            launcher.run("hang", timeout_s=3)
+        assert not launcher.healthy
+        assert "hung" in (launcher.health_reason or "")
+    assert _children() == before

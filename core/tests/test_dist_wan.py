@@ -46,14 +46,20 @@ def wan(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("layout", "shards"),
-    [(ParallelConfig(cfg_parallel_size=2), None), (ParallelConfig(ulysses_degree=2), [[5, 4]])],
-    ids=["cfg2", "ulysses2"],
+    [
+        (ParallelConfig(cfg_parallel_size=2), None),
+        (ParallelConfig(ulysses_degree=2), [[5, 4]]),
+        # both at once: 4 ranks (2 cfg groups x 2 ulysses groups) on this 2-core machine
+        (ParallelConfig(cfg_parallel_size=2, ulysses_degree=2), [[5, 4]]),
+    ],
+    ids=["cfg2", "ulysses2", "cfg2xulysses2"],
 )
 def test_wan_parallel_matches_single_process(wan, layout, shards) -> None:
     path, spec, request, reference = wan
     # Driven like a local pipeline (prepare / step / decode round trips), as Omni and the
     # serving engine do.
-    pipeline = ParallelPipeline.launch(path, spec, layout, device_count=2)
+    world = layout.cfg_parallel_size * layout.ulysses_degree
+    pipeline = ParallelPipeline.launch(path, spec, layout, device_count=world)
     try:
         assert pipeline.healthy
         assert pipeline.validate(request).prompt == request.prompt
@@ -62,7 +68,7 @@ def test_wan_parallel_matches_single_process(wan, layout, shards) -> None:
         pipeline.close()
     assert not pipeline.healthy
     info = result.info["parallel"]
-    assert info["world_size"] == 2
+    assert info["world_size"] == world
     assert info.get("sequence_shards") == shards
     assert result.video.shape == reference.video.shape
     diff = np.abs(result.video.astype(np.int16) - reference.video.astype(np.int16))

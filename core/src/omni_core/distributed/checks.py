@@ -31,8 +31,8 @@ def _inputs(seed: int, *shape: int, dtype: Any = None) -> Any:
 class PrimitiveChecks(WorkerProgram):
     """Ulysses attention (self, joint, uneven, masked), shard/gather and cfg-parallel checks.
 
-    Needs a layout with ``ulysses_degree >= 2``; the whole world doubles as a cfg group when
-    it has exactly two ranks.
+    Needs a layout with ``ulysses_degree >= 2``; cfg checks run on the cfg group, or on the
+    whole world when it is a ulysses-only pair.
     """
 
     def setup(self, ctx: WorkerContext) -> None:
@@ -50,8 +50,13 @@ class PrimitiveChecks(WorkerProgram):
         results: dict[str, float] = {}
         with torch.no_grad():
             results.update(self._ulysses(seed, device))
-            if self.ctx.world_size == 2:
-                results.update(self._cfg(seed, device))
+            group = self.ctx.state.cfg_group
+            if group is None and self.ctx.world_size == 2:
+                import torch.distributed as dist
+
+                group = dist.group.WORLD  # a ulysses-only pair doubles as a cfg pair
+            if group is not None:
+                results.update(self._cfg(seed, device, group))
         # Every rank checked its own part: report the worst over all ranks.
         names = sorted(results)
         errors = torch.tensor([results[n] for n in names], dtype=torch.float64)
@@ -137,9 +142,8 @@ class PrimitiveChecks(WorkerProgram):
         return out
 
     # -- cfg ------------------------------------------------------------------------------------
-    def _cfg(self, seed: int, device: Any) -> dict[str, float]:
+    def _cfg(self, seed: int, device: Any, group: Any) -> dict[str, float]:
         import torch
-        import torch.distributed as dist
 
         from omni_core.distributed.cfg import cfg_parallel_forward
 
@@ -150,7 +154,7 @@ class PrimitiveChecks(WorkerProgram):
         cond = {"input": _inputs(seed + 40, 1, 7, 16).to(device)}
         uncond = {"input": _inputs(seed + 41, 1, 7, 16).to(device)}
         ref_c, ref_u = model(**cond), model(**uncond)  # single process: one branch at a time
-        got_c, got_u = cfg_parallel_forward(model, cond, uncond, dist.group.WORLD)
+        got_c, got_u = cfg_parallel_forward(model, cond, uncond, group)
         exact = torch.equal(got_c, ref_c) and torch.equal(got_u, ref_u)
         return {
             "cfg_cond": (got_c - ref_c).abs().max().item(),
@@ -193,10 +197,14 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ulysses-degree", type=int, default=2)
+    parser.add_argument("--cfg-parallel-size", type=int, default=1)
+    parser.add_argument("--device-count", type=int, default=None,
+                        help="override the platform's device count (CPU: more ranks than cores)")
     args = parser.parse_args(argv)
-    with ParallelLauncher(
-        PrimitiveChecks(), ParallelConfig(ulysses_degree=args.ulysses_degree)
-    ) as launcher:
+    layout = ParallelConfig(
+        cfg_parallel_size=args.cfg_parallel_size, ulysses_degree=args.ulysses_degree
+    )
+    with ParallelLauncher(PrimitiveChecks(), layout, device_count=args.device_count) as launcher:
         result = launcher.run({"seed": 0})
     print(json.dumps(result, indent=2))
     return 0 if max(result["errors"].values()) < 1e-4 else 1
