@@ -69,7 +69,9 @@ def seq_to_heads(x: torch.Tensor, sizes: list[int], rank: int, group: Any) -> to
     out = torch.empty((sum(sizes), b, hp, d), dtype=x.dtype, device=x.device)
     even = all(s == sizes[0] for s in sizes)
     _all_to_all(out, inp, group, None if even else sizes, None if even else [s_local] * parts)
-    return out.permute(1, 0, 2, 3)
+    out = out.permute(1, 0, 2, 3)
+    # Batch > 1 leaves the sequence stride over the batch: give kernels the usual layout.
+    return out.contiguous() if b > 1 else out
 
 
 def heads_to_seq(x: torch.Tensor, sizes: list[int], rank: int, group: Any) -> torch.Tensor:
