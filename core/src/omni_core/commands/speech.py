@@ -127,6 +127,8 @@ def generate_speech(
                 sink.flush()
             sink.write(encoder.close())
             sink.flush()
+            if samples == 0:
+                raise InvalidRequestError("the model produced no audio", param="input")
             if tmp is not None:
                 sink.close()
                 audio.publish_file(tmp, Path(output))
@@ -135,8 +137,6 @@ def generate_speech(
                 sink.close()
                 tmp.unlink(missing_ok=True)
             raise
-        if samples == 0:
-            raise OmniError("the model produced no audio")
     else:
         from omni_core.api import _collect_speech
 
