@@ -83,7 +83,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--n", type=int, default=20)
-    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="Alternate batching off/on this many times; report each run.")
     args = parser.parse_args()
     import torch
 
@@ -114,10 +116,11 @@ def main() -> None:
         ("t2i", "qwen", {"size": "64x64", "steps": 8}),
         ("t2v", "wan", {"size": "32x32", "steps": 8, "num_frames": 5}),
     ):
-        for max_batch in (1, 8):
-            results["throughput"].append(throughput(
-                ckpts, root / f"state-{task}-{max_batch}", max_batch, task, model,
-                args.prompts, extra))
+        for repeat in range(args.repeats):
+            for max_batch in (1, 8):
+                results["throughput"].append(throughput(
+                    ckpts, root / f"state-{task}-{max_batch}-{repeat}", max_batch, task, model,
+                    args.prompts, extra))
     args.out.write_text(json.dumps(results, indent=2))
     for row in results["overhead"]:
         print(f"overhead {row['model']}: direct {row['direct_ms_p50']:.1f} ms, HTTP "
@@ -126,6 +129,12 @@ def main() -> None:
         print(f"{row['task']} max_batch={row['max_batch']}: {row['throughput_rps']:.2f} req/s, "
               f"p50 {row['latency_ms']['p50']:.0f} ms, p99 {row['latency_ms']['p99']:.0f} ms, "
               f"completed {row['completed']}, rejected {row['rejected']}, failed {row['failed']}")
+    for task in ("t2i", "t2v"):
+        for max_batch in (1, 8):
+            rates = [r["throughput_rps"] for r in results["throughput"]
+                     if r["task"] == task and r["max_batch"] == max_batch]
+            print(f"{task} max_batch={max_batch}: median {statistics.median(rates):.2f} req/s "
+                  f"over {len(rates)} runs")
 
 
 if __name__ == "__main__":

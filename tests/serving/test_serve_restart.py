@@ -38,17 +38,22 @@ def _start(wan: Path, state: Path, port: int, log: Path) -> subprocess.Popen[byt
 
 
 def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path,
-                  timeout: float = 240) -> None:
+                  timeout: float = 240) -> list[dict[str, Any]]:
+    """Wait for 200; returns the 503 bodies seen while the model was loading."""
     deadline = time.monotonic() + timeout
+    loading: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
+            response = httpx.get(f"{url}/health", timeout=2)
+            if response.status_code == 200:
+                return loading
+            assert response.status_code == 503, response.text
+            loading.append(response.json())
         except httpx.HTTPError:
             pass
-        time.sleep(0.25)
+        time.sleep(0.1)
     raise AssertionError(f"server not healthy in time:\n{log.read_text()[-3000:]}")
 
 
@@ -70,7 +75,9 @@ def test_serve_kill_restart_and_graceful_shutdown(checkpoints, tmp_path: Path) -
     url = f"http://127.0.0.1:{port}"
     proc = _start(wan, state, port, log)
     try:
-        _wait_healthy(proc, url, log)
+        loading = _wait_healthy(proc, url, log)
+        # The port opens before the model is loaded and warmed: /health says so with a 503.
+        assert loading and loading[0]["models"] == {"wan": "loading"}, loading
         with httpx.Client(base_url=url, timeout=60) as client:  # no API key configured: open
             done = client.post("/v1/videos", json={**JOB, "prompt": "done",
                                                    "num_inference_steps": 2}).json()
