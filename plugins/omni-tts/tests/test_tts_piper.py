@@ -188,6 +188,8 @@ def test_tts_cli_formats_stream_and_rate(tmp_path, fmt) -> None:
         (["hi", "-o", "{d}/a.wav", "--speed", "9"], "speed"),
         (["hi", "-o", "{d}/a.wav", "--format", "ogg"], "ogg"),
         (["hi", "-o", "{d}/a.wav", "--model", "{d}/missing"], "missing"),
+        (["...", "-o", "{d}/a.wav"], "no audio"),
+        (["...", "-o", "{d}/a.wav", "--stream"], "no audio"),
     ],
 )
 def test_tts_cli_bad_input_exits_2_and_writes_nothing(tmp_path, args, needle) -> None:
