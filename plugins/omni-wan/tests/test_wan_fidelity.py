@@ -144,3 +144,28 @@ def test_wan_single_frame_is_also_an_image(
     assert_close(result.video, ref)
     assert len(result.images) == 1
     assert np.array_equal(np.asarray(result.images[0]), result.video[0])
+
+
+def test_wan_unbatched_cfg_matches_diffusers(tiny_wan: Any, wan_kwargs: Any) -> None:
+    """cfg_batch=False runs the two CFG branches as two forwards (less memory), same output."""
+    from omni_core import Omni
+
+    path = tiny_wan("t2v-a14b")
+    kwargs = wan_kwargs("t2v-a14b", guidance_scale_2=2.5)
+    model = Omni(path, device="cpu", dtype="float32", cfg_batch=False)
+    result = model.generate(seed=SEED, **kwargs)
+    assert result.info["cfg_batch"] is False
+    assert_close(result.video, reference(path, kwargs))
+
+
+def test_wan_step_cache_reports_hits(tiny_wan: Any, wan_kwargs: Any) -> None:
+    """omni_core.acceleration's step cache wraps every expert's forward; hits are reported."""
+    from omni_core import Omni
+
+    model = Omni(tiny_wan("t2v-a14b"), device="cpu", dtype="float32", cache="first-block")
+    result = model.generate(seed=SEED, **wan_kwargs("t2v-a14b", num_inference_steps=8))
+    assert "cache:first-block" in result.info["acceleration"]["order"]
+    stats = result.info["step_cache"]
+    assert set(stats) == {"transformer", "transformer_2"}
+    assert sum(s["calls"] for s in stats.values()) == 8
+    assert result.video.shape == (9, 16, 32, 3)

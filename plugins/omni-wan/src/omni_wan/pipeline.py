@@ -234,6 +234,11 @@ class WanVideoPipeline(StagedPipeline):
             self._latents_mean = torch.tensor(vae_cfg.latents_mean).view(shape)
             self._latents_std_inv = 1.0 / torch.tensor(vae_cfg.latents_std).view(shape)
         self._tables: dict[tuple[int, float | None], ScheduleTable] = {}
+        #: options.extra["cfg_batch"]: run CFG's two branches as one batched forward (default)
+        #: or as two forwards (diffusers' way; less activation memory, a little slower).
+        self.cfg_batch = _flag(options.extra.get("cfg_batch", True))
+        #: What omni_core.acceleration applied (set by from_pretrained; None: nothing).
+        self.accel: Any = None
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -294,7 +299,24 @@ class WanVideoPipeline(StagedPipeline):
             components["image_processor"] = CLIPImageProcessor.from_pretrained(
                 path / "image_processor"
             )
-        return cls(layout, components, options)
+        pipeline = cls(layout, components, options)  # routes attention first
+        from dataclasses import replace
+
+        from omni_core.acceleration import apply_acceleration
+
+        accel_options = options
+        if layout.image_dim is not None:
+            # omni_core.acceleration's fuse_qkv drops add_k_proj after fusing, but diffusers'
+            # WanAttnProcessor tests `attn.add_k_proj is not None` to split the CLIP image
+            # tokens from the text: fusing would silently break Wan2.1 I2V. Keep it unfused.
+            accel_options = replace(options, extra={**options.extra, "fuse_qkv": False})
+        # Fused QKV, quantization, regional compile and the step cache, as configured.
+        pipeline.accel = apply_acceleration(
+            {n: components.get(n) for n in ("transformer", "transformer_2")},
+            accel_options,
+            pipeline_cls=cls,
+        )
+        return pipeline
 
     @classmethod
     def precheck(cls, path: Path, request: GenerationRequest) -> GenerationRequest:
@@ -440,35 +462,43 @@ class WanVideoPipeline(StagedPipeline):
             model_input = latents
         model_input = model_input.to(model_dtype)
         batch = model_input.shape[0]
-
-        if first["cfg"]:
-            if one:  # already [prompt; negative prompt]
-                text = first["embeds"]
-            else:
-                cond = [s.data["embeds"][0:1] for s in states]
-                uncond = [s.data["embeds"][1:2] for s in states]
-                text = torch.cat(cond + uncond)
-            model_input = torch.cat([model_input, model_input])
-        else:
-            text = gather("embeds")
-        image_embeds = None
-        if first["image_embeds"] is not None:
-            image_embeds = gather("image_embeds")
-            if first["cfg"]:
-                image_embeds = torch.cat([image_embeds, image_embeds])
-        rows = model_input.shape[0]
+        image_embeds = gather("image_embeds") if first["image_embeds"] is not None else None
         if first["ts_mask"] is not None:
-            timestep = (first["ts_mask"] * t).unsqueeze(0).expand(rows, -1)
+            timestep = (first["ts_mask"] * t).unsqueeze(0).expand(batch, -1)
         else:
-            timestep = t.expand(rows)
+            timestep = t.expand(batch)
+        component = "transformer" if first["experts"][n] == 0 else "transformer_2"
+        ids = [s.request.request_id for s in states]
 
-        output = model(
-            hidden_states=model_input,
-            timestep=timestep,
-            encoder_hidden_states=text,
-            encoder_hidden_states_image=image_embeds,
-            return_dict=False,
-        )[0]
+        def forward(text: torch.Tensor, repeat: int, branch: str | None) -> torch.Tensor:
+            def twice(x: torch.Tensor | None) -> torch.Tensor | None:
+                return x if x is None or repeat == 1 else torch.cat([x] * repeat)
+
+            with self._cache_context(component, ids, branch):
+                return model(
+                    hidden_states=twice(model_input),
+                    timestep=twice(timestep),
+                    encoder_hidden_states=text,
+                    encoder_hidden_states_image=twice(image_embeds),
+                    return_dict=False,
+                )[0]
+
+        if not first["cfg"]:
+            output = forward(gather("embeds"), 1, None)
+        else:
+            if one:  # already [prompt; negative prompt]
+                cond_text, uncond_text = first["embeds"][0:1], first["embeds"][1:2]
+                both = first["embeds"]
+            else:
+                cond_text = torch.cat([s.data["embeds"][0:1] for s in states])
+                uncond_text = torch.cat([s.data["embeds"][1:2] for s in states])
+                both = torch.cat([cond_text, uncond_text])
+            if self.cfg_batch:  # both CFG branches in one forward
+                output = forward(both, 2, "cfg")
+            else:  # two forwards, as diffusers runs them: less activation memory
+                output = torch.cat(
+                    [forward(cond_text, 1, "cond"), forward(uncond_text, 1, "uncond")]
+                )
         if first["cfg"]:
             cond_out, uncond_out = output[:batch], output[batch:]
             scales = [s.data["guidance"][n] for s in states]
@@ -528,14 +558,33 @@ class WanVideoPipeline(StagedPipeline):
             images=images,
             video=array,
             fps=d["fps"],
-            info={
-                "seed": d["seed"],
-                "variant": self.layout.variant,
-                "attention": self.routing[0] if self.routing else {},
-            },
+            info=self._info(state),
         )
 
+    def _info(self, state: DenoiseState) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "seed": state.data["seed"],
+            "variant": self.layout.variant,
+            "attention": self.routing[0] if self.routing else {},
+            "cfg_batch": self.cfg_batch,
+        }
+        if self.accel is not None:
+            info["acceleration"] = self.accel.as_dict()
+            if self.accel.caches:
+                info["step_cache"] = self.accel.finish_request(state.request.request_id)
+        return info
+
     # -- helpers ---------------------------------------------------------------------------
+
+    def _cache_context(self, component: str, ids: list[str], branch: str | None) -> Any:
+        """The step cache's context for one forward (a no-op without a cache)."""
+        if self.accel is None or not self.accel.caches:
+            import contextlib
+
+            return contextlib.nullcontext()
+        from omni_core.acceleration import cache_key
+
+        return self.accel.cache_context(component, cache_key(ids, branch))
 
     def _table(self, steps: int, flow_shift: float | None) -> ScheduleTable:
         key = (steps, flow_shift)
@@ -594,6 +643,12 @@ class WanVideoPipeline(StagedPipeline):
         mean = self._latents_mean.to(condition.device)
         std_inv = self._latents_std_inv.to(condition.device)
         return (condition - mean) * std_inv
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in {"0", "false", "no", "off", "never"}
+    return bool(value)
 
 
 def _route(model: Any, options: PipelineOptions) -> dict[str, Any]:
