@@ -86,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--attention", default="auto", help="omni attention backend.")
     parser.add_argument("--dtype", default=None, help="bfloat16 (CUDA default) or float32.")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="Regional compile of the shared model (diffusers' compile_repeated_blocks) for "
+        "every run: compares against the bar an expert diffusers user has. Use --warmup 3+.",
+    )
     args = parser.parse_args(argv)
     _paths()
 
@@ -115,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         model = WanTransformer3DModel(**config)
     model = _cast_like_from_pretrained(model, dtype).eval().requires_grad_(False)
     build_s = time.perf_counter() - t0
+    if args.compile:
+        # In place on the shared blocks: both sides run the same compiled blocks (dynamo
+        # specialises per batch size and per attention routing; warmup steps absorb that).
+        model.compile_repeated_blocks(fullgraph=False)
     scheduler = UniPCMultistepScheduler(
         prediction_type="flow_prediction",
         use_flow_sigmas=True,
@@ -246,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": host_platform.python_version(),
         "dtype": str(dtype).removeprefix("torch."),
         "config": "tiny" if args.tiny else "Wan2.2-TI2V-5B transformer (random weights)",
+        "compiled": bool(args.compile),
         "height": height,
         "width": width,
         "frames": frames,
