@@ -394,6 +394,12 @@ class StreamingSpeechPipeline(SpeechPipeline):
         self.lock = threading.RLock()
 
     @classmethod
+    def known_voices(cls) -> list[Voice] | None:
+        """Voices offered on every checkpoint (for `omni voices` without a model), or None
+        when they depend on the checkpoint."""
+        return None
+
+    @classmethod
     def precheck(cls, path: Path, request: GenerationRequest) -> GenerationRequest:
         """Text, sample rate and extras, checked before any weights load."""
         request = super().precheck(path, request)

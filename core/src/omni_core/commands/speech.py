@@ -170,39 +170,71 @@ def _open_sink(output: str) -> tuple[Any, Path | None]:
 
 
 @click.command("voices")
-@click.option("--model", help="List this model's voices (default: the default speech model).")
+@click.option("--model", help="List this model's voices (loads it).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def voices(model: str | None, as_json: bool) -> None:
-    """List the voices of a speech model (by default, the installed default voice)."""
+    """List the voices of the installed speech pipelines (or of one model with --model).
+
+    Without --model: the default voice model's voices, and for every other speech pipeline the
+    voices it offers on any checkpoint (or a note that they depend on the checkpoint).
+    """
     import json
 
+    from omni_core import audio
+    from omni_core.errors import ModelNotFoundError
     from omni_core.plugins import get_registry
 
-    speech = sorted(s.name for s in get_registry().pipelines.values() if s.modality == "speech")
-    if not speech:
+    specs = sorted(
+        (s for s in get_registry().pipelines.values() if s.modality == "speech"),
+        key=lambda s: (s.name != audio.DEFAULT_SPEECH_MODEL, s.name),
+    )
+    if not specs:
         raise OmniError("no speech pipeline is installed (pip install omni-tts)")
-    omni = _load(model, None, None, quiet=True)
-    rows = [
-        {
-            "id": v.id,
-            "name": v.name or v.id,
-            "language": v.language,
-            "description": v.description,
-            "pipeline": omni.spec.name,
-            "model": model or "piper",
-        }
-        for v in omni.pipeline.voices()
-    ]
+    rows: list[dict[str, Any]] = []
+    notes: dict[str, str] = {}
+
+    def add(pipeline: str, source: str | None, listed: list[Any]) -> None:
+        for v in listed:
+            rows.append(
+                {
+                    "id": v.id,
+                    "name": v.name or v.id,
+                    "language": v.language,
+                    "description": v.description,
+                    "pipeline": pipeline,
+                    "model": source,
+                }
+            )
+
+    if model is not None:
+        omni = _load(model, None, None, quiet=True)
+        add(omni.spec.name, model, omni.pipeline.voices())
+    else:
+        for spec in specs:
+            if spec.name == audio.DEFAULT_SPEECH_MODEL:
+                try:
+                    omni = _load(None, None, None, quiet=True)
+                except ModelNotFoundError as exc:
+                    notes[spec.name] = str(exc)
+                    continue
+                add(spec.name, audio.DEFAULT_SPEECH_MODEL, omni.pipeline.voices())
+                continue
+            known = getattr(spec.load(), "known_voices", lambda: None)()
+            if known is None:
+                notes[spec.name] = "voices depend on the checkpoint: pass --model"
+            else:
+                add(spec.name, None, known)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    click.echo(f"{omni.spec.name} ({model or 'default'}):")
-    for row in rows:
-        lang = f" [{row['language']}]" if row["language"] else ""
-        click.echo(f"  {row['id']}{lang}  {row['description']}".rstrip())
-    others = [s for s in speech if s != omni.spec.name]
-    if others and model is None:
-        click.echo(
-            f"other speech pipelines: {', '.join(others)} (pass --model to list a "
-            "checkpoint's voices)"
-        )
+    for spec in specs:
+        mine = [r for r in rows if r["pipeline"] == spec.name]
+        if not mine and spec.name not in notes:
+            continue
+        source = model or (audio.DEFAULT_SPEECH_MODEL if mine and mine[0]["model"] else "")
+        click.echo(f"{spec.name}{f' ({source})' if source else ''}:")
+        for row in mine:
+            lang = f" [{row['language']}]" if row["language"] else ""
+            click.echo(f"  {row['id']}{lang}  {row['description']}".rstrip())
+        if spec.name in notes:
+            click.echo(f"  ({notes[spec.name]})")

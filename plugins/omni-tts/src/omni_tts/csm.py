@@ -101,6 +101,10 @@ class CsmPipeline(TransformersSpeechPipeline):
         return cls(model, processor, options)
 
     def voices(self) -> list[Voice]:
+        return self.known_voices()
+
+    @classmethod
+    def known_voices(cls) -> list[Voice]:
         return [
             Voice(id=f"speaker-{i}", name=f"Speaker {i}", description=f"CSM speaker id [{i}]")
             for i in range(SPEAKERS)

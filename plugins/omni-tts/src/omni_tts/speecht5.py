@@ -106,6 +106,18 @@ class SpeechT5Pipeline(TransformersSpeechPipeline):
             embeddings.update(load_embeddings(Path(extra), dim))
         return cls(model, vocoder, tokenizer, embeddings, options)
 
+    @classmethod
+    def known_voices(cls) -> list[Voice]:
+        """The built-in voices (checkpoints may add more from speaker_embeddings/)."""
+        return [
+            Voice(
+                id=f"builtin-{i}",
+                name=f"builtin-{i}",
+                description="built-in deterministic embedding",
+            )
+            for i in range(BUILTIN_VOICES)
+        ]
+
     def voices(self) -> list[Voice]:
         return [
             Voice(
