@@ -195,9 +195,14 @@ class PiperPipeline(StreamingSpeechPipeline):
         with self._load_lock:
             voice = self._loaded.get(name)
             if voice is None:
+                import onnxruntime
                 from piper import PiperVoice
 
-                use_cuda = self.options.device.type == "cuda"
+                # CUDA only where onnxruntime-gpu provides it; Piper is real-time on CPU anyway.
+                use_cuda = (
+                    self.options.device.type == "cuda"
+                    and "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+                )
                 voice = PiperVoice.load(self.files[name].model, use_cuda=use_cuda)
                 self._loaded[name] = voice
             return voice
