@@ -255,9 +255,15 @@ class ServerState:
     def shutdown(self) -> None:
         """Finish what runs within the grace period; queued video jobs stay queued on disk."""
         self.stopping = True
-        for served in self.models.values():
-            if served.engine is not None:
-                served.engine.stop(drain=False, timeout=self.config.shutdown_grace_s)
+        stoppers = [
+            threading.Thread(target=served.engine.stop,
+                             kwargs={"drain": False, "timeout": self.config.shutdown_grace_s})
+            for served in self.models.values() if served.engine is not None
+        ]
+        for thread in stoppers:  # every model gets the whole grace period, in parallel
+            thread.start()
+        for thread in stoppers:
+            thread.join()
         self.io.shutdown(wait=True)
         if self.store is not None:
             self.store.close()
