@@ -343,3 +343,25 @@ def test_equal_length_cfg_branches_share_one_forward(qwen_pipelines) -> None:
         result = _ours(pipe, prompt="a cat", negative_prompt="a cat", guidance_scale=4.0, seed=0)
     assert calls.batch_sizes == [2] * STEPS
     assert result.info["cfg"] is True
+
+
+def test_requests_at_different_steps_share_a_forward(qwen_pipelines) -> None:
+    """Continuous batching: a request joining mid-way keeps its own timesteps and sigmas."""
+    pipe = qwen_pipelines["t2i"]
+    make = [
+        {"prompt": "a cat", "negative_prompt": "a dog", "seed": 4, "num_inference_steps": 4},
+        {"prompt": "a dog", "negative_prompt": "a cat", "seed": 5, "num_inference_steps": 3},
+    ]
+    requests = [pipe.validate(GenerationRequest(**SIZE, guidance_scale=4.0, **m)) for m in make]
+    alone = [run_to_completion(pipe, [r])[0].images[0] for r in requests]
+    first, second = (pipe.prepare(r) for r in requests)
+    pipe.step([first])
+    assert pipe.batch_key(first) == pipe.batch_key(second)
+    with CountCalls(pipe.transformer) as calls:
+        while not first.done:
+            pipe.step([s for s in (first, second) if not s.done])
+    # Every forward carries both requests: 4 rows (CFG pair batched) or 2 (cond, then uncond).
+    assert sum(calls.batch_sizes) == 3 * 4 and set(calls.batch_sizes) <= {2, 4}
+    for state, expected in zip((first, second), alone, strict=True):
+        got = np.asarray(pipe.decode(state).images[0], int)
+        assert np.abs(got - np.asarray(expected, int)).max() <= 1
