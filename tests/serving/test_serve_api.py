@@ -82,6 +82,10 @@ def test_serve_images_generate_b64_and_url(live_server, openai_client, http) -> 
     assert np.array_equal(np.asarray(_decode_b64_png(again.data[0].b64_json)),
                           np.asarray(images[0])), "same seed, same image"
 
+    raw = http.post("/v1/images/generations", headers={"x-request-id": "trace-42"}, json={
+        "model": "qwen", "prompt": "a fox", "size": QWEN_SIZE, "num_inference_steps": 2})
+    assert raw.status_code == 200 and raw.headers["x-request-id"] == "trace-42"
+
     by_url = openai_client.images.generate(model="qwen", prompt="a fox", size=QWEN_SIZE,
                                            response_format="url",
                                            extra_body={"num_inference_steps": 2})

@@ -524,10 +524,11 @@ async def _disconnected(request: Request | None) -> None:
 
 
 def _request_id(request: Request) -> str:
+    """The client's ``x-request-id`` when it is sane, else a new one; echoed in the response."""
     given = request.headers.get("x-request-id", "")
-    if re.fullmatch(r"[A-Za-z0-9._\-]{1,64}", given):
-        return given
-    return uuid.uuid4().hex
+    rid = given if re.fullmatch(r"[A-Za-z0-9._\-]{1,64}", given) else uuid.uuid4().hex
+    request.state.request_id = rid
+    return rid
 
 
 def _diffusion_kwargs(body: Any) -> dict[str, Any]:
@@ -796,6 +797,7 @@ def _video_routes(router: APIRouter, state: ServerState) -> None:
             images.append(await asyncio.to_thread(media.decode_image, image_bytes,
                                                   "input_reference"))
         job_id = f"video_{uuid.uuid4().hex}"
+        request.state.request_id = job_id
         gen = state.build_request(served, images=images, request_id=job_id, **kwargs)
         assert state.store is not None
         input_path = None
@@ -1007,6 +1009,10 @@ class _MetricsMiddleware:
         async def wrapped_send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                rid = scope.get("state", {}).get("request_id")
+                if rid:
+                    message = {**message, "headers": [*message.get("headers", []),
+                                                      (b"x-request-id", rid.encode())]}
             elif message["type"] == "http.response.body" and not message.get("more_body"):
                 route = scope.get("route")
                 endpoint = f"{scope['method']} {getattr(route, 'path', 'other')}"
