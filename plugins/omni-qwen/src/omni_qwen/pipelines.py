@@ -145,7 +145,14 @@ def _load_image(value: Any, index: int) -> Any:
         return image.convert("RGB")
     except InvalidRequestError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+    except (
+        UnidentifiedImageError,
+        OSError,
+        ValueError,
+        SyntaxError,  # PIL's "broken PNG file"
+        EOFError,
+        Image.DecompressionBombError,
+    ) as exc:
         raise InvalidRequestError(
             f"images[{index}] could not be read as an image: {exc}", param=param
         ) from None
