@@ -76,6 +76,7 @@ def test_wan_parallel_matches_single_process(wan, layout, shards) -> None:
 
 
 def test_wan_layout_refused_before_spawning(wan) -> None:
+    from omni_core.config import CacheConfig
     from omni_core.errors import ConfigError
 
     path, spec, _, _ = wan
@@ -87,3 +88,6 @@ def test_wan_layout_refused_before_spawning(wan) -> None:
     )
     with pytest.raises(ConfigError, match="does not support sequence parallelism"):
         launch_pipeline(path, no_sp, ParallelConfig(ulysses_degree=2), device_count=2)
+    with pytest.raises(ConfigError, match="cannot be combined with ulysses_degree=2"):
+        launch_pipeline(path, spec, ParallelConfig(ulysses_degree=2), device_count=2,
+                        cache=CacheConfig(backend="first-block"))

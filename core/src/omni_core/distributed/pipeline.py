@@ -301,6 +301,17 @@ def launch_pipeline(
     **program_options: Any,
 ) -> ParallelLauncher:
     """Validate the layout (before spawning), then start the worker group for ``spec``."""
+    cache = program_options.get("cache")
+    if parallel.ulysses_degree > 1 and cache is not None and cache.backend:
+        from omni_core.errors import ConfigError
+
+        # A step cache decides per rank whether to skip blocks; under Ulysses the ranks would
+        # disagree on their own token shards and one would wait in an all-to-all forever.
+        raise ConfigError(
+            f"cache.backend: {cache.backend!r} cannot be combined with ulysses_degree="
+            f"{parallel.ulysses_degree} (cache decisions are not synchronised across the "
+            "sequence shards); use cfg_parallel_size=2 with a cache, or no cache"
+        )
     program = PipelineProgram(path, spec.name, parallel=parallel, **program_options)
     caps = spec.capabilities
     launcher = ParallelLauncher(
