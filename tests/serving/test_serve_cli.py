@@ -26,6 +26,7 @@ def _run(*args: str) -> object:
         (["serve", "a", "--name", "x", "--name", "y"], "--name"),
         (["serve", "a", "a"], "unique"),
         (["serve", "m", "--warmup-request", "[1]"], "JSON object"),
+        (["serve", "m", "--option", "novalue"], "KEY=VALUE"),
         (["bench", "serve"], "--task"),
         (["bench", "serve", "--task", "t2i", "--request-rate", "0"], "> 0"),
         (["bench", "serve", "--task", "t2i", "--request-rate", "fast"], "not a number"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -59,6 +60,9 @@ def _preflight(config: object) -> None:
 @click.option("--device", default=None, help="torch device, e.g. cuda:0 (default: platform's).")
 @click.option("--dtype", default=None, help="bfloat16 | float16 | float32.")
 @click.option("--attention-backend", default=None, help="Attention backend for every role.")
+@click.option("--option", "-o", "load_options", multiple=True, metavar="KEY=VALUE",
+              help="Loading option for every model, passed to Omni(...): e.g. cache=teacache, "
+              "quantization=fp8, cfg_batch=true (VALUE is JSON when it parses, else a string).")
 @click.option("--max-upload-mb", default=20.0, show_default=True,
               type=click.FloatRange(min=0, min_open=True), help="Largest accepted upload.")
 @click.option("--allowed-url-hosts", default="", show_default=False,
@@ -78,7 +82,8 @@ def _preflight(config: object) -> None:
 def serve(models: tuple[str, ...], names: tuple[str, ...], host: str, port: int,
           api_key: str | None, state_dir: Path | None, max_batch: int, max_queue: int,
           request_timeout: float | None, device: str | None, dtype: str | None,
-          attention_backend: str | None, max_upload_mb: float, allowed_url_hosts: str,
+          attention_backend: str | None, load_options: tuple[str, ...], max_upload_mb: float,
+          allowed_url_hosts: str,
           max_steps: int | None, max_pixels: int | None, max_frames: int | None,
           no_warmup: bool, warmup_request: str | None, log_level: str) -> None:
     """Serve MODEL(s) over an OpenAI-compatible HTTP API.
@@ -96,14 +101,21 @@ def serve(models: tuple[str, ...], names: tuple[str, ...], host: str, port: int,
 
     warmup_fields: dict[str, object] = {}
     if warmup_request:
-        import json
-
         try:
             warmup_fields = json.loads(warmup_request)
         except json.JSONDecodeError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--warmup-request") from None
         if not isinstance(warmup_fields, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--warmup-request")
+    options: dict[str, object] = {}
+    for item in load_options:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--option")
+        try:
+            options[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key.strip()] = raw
     hosts = tuple(h.strip() for h in allowed_url_hosts.split(",") if h.strip())
     if host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         click.echo(f"Warning: serving on {host} without an API key: anyone who can reach this "
@@ -115,7 +127,7 @@ def serve(models: tuple[str, ...], names: tuple[str, ...], host: str, port: int,
             device=device, dtype=dtype, attention_backend=attention_backend,
             max_upload_mb=max_upload_mb, allowed_url_hosts=hosts, warmup=not no_warmup,
             warmup_request=warmup_fields, max_steps=max_steps, max_pixels=max_pixels,
-            max_frames=max_frames,
+            max_frames=max_frames, options=options,
             **({"state_dir": state_dir} if state_dir is not None else {}),
         )
     except ValueError as exc:  # pydantic's ValidationError
