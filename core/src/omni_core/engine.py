@@ -312,6 +312,11 @@ class Engine:
         if job.cancelled:
             self._finish_error(job, RequestCancelledError(job.cancel_reason))
             return
+        if job.expired(time.monotonic()):  # timed out while queued: no compute at all
+            self._finish_error(
+                job, RequestTimeoutError(f"request timed out after {job.timeout_s:g} s in queue")
+            )
+            return
         job.started_at = time.monotonic()
         job.future.set_running_or_notify_cancel()
         log.info("request %s started on %s", job.id, self.name)
