@@ -181,6 +181,10 @@ def _ratio(orig_sr: int, target_sr: int) -> tuple[int, int]:
     return frac.numerator, frac.denominator
 
 
+#: Output samples computed per vectorised block by the resampler (bounds its temporary memory).
+_RESAMPLE_BLOCK = 8192
+
+
 class StreamingResampler:
     """Resample chunk by chunk; concatenated outputs equal :func:`resample` on the whole signal.
 
@@ -205,23 +209,11 @@ class StreamingResampler:
     def _emit(self, stop: int, *, final: bool) -> np.ndarray:
         import numpy as np
 
-        m = np.arange(self._next_out, stop, dtype=np.int64)
-        if m.size == 0:
-            return np.zeros(0, dtype=np.float32)
-        u = m * self.down + self.delay
-        phase = u % self.up
-        newest = u // self.up
-        idx = newest[:, None] - np.arange(self.k, dtype=np.int64)[None, :]
-        local = idx - self._offset
-        valid = (idx >= 0) & (idx < self._received)
-        values = (
-            self._buffer[np.clip(local, 0, max(len(self._buffer) - 1, 0))]
-            if len(self._buffer)
-            else np.zeros(idx.shape)
-        )
-        values = np.where(valid, values, 0.0)
-        out = (values * self.phases[phase]).sum(axis=1)
-        self._next_out = stop
+        blocks = [
+            self._block(lo, min(lo + _RESAMPLE_BLOCK, stop))
+            for lo in range(self._next_out, stop, _RESAMPLE_BLOCK)
+        ]
+        self._next_out = max(stop, self._next_out)
         # Drop input no future output needs.
         if not final:
             oldest_needed = (stop * self.down + self.delay) // self.up - self.k + 1
@@ -229,7 +221,25 @@ class StreamingResampler:
             if drop:
                 self._buffer = self._buffer[drop:]
                 self._offset += drop
-        return out.astype(np.float32)
+        if not blocks:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate(blocks).astype(np.float32)
+
+    def _block(self, start: int, stop: int) -> np.ndarray:
+        """Outputs ``start .. stop-1`` (a bounded block: memory is block x taps-per-phase)."""
+        import numpy as np
+
+        m = np.arange(start, stop, dtype=np.int64)
+        u = m * self.down + self.delay
+        phase = u % self.up
+        idx = (u // self.up)[:, None] - np.arange(self.k, dtype=np.int64)[None, :]
+        valid = (idx >= 0) & (idx < self._received)
+        if len(self._buffer):
+            local = np.clip(idx - self._offset, 0, len(self._buffer) - 1)
+            values = np.where(valid, self._buffer[local], 0.0)
+        else:
+            values = np.zeros(idx.shape)
+        return (values * self.phases[phase]).sum(axis=1)
 
     def process(self, samples: np.ndarray) -> np.ndarray:
         """Feed input samples; returns the output samples that are now complete."""
