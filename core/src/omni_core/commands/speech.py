@@ -55,7 +55,13 @@ def _load(model: str | None, device: str | None, dtype: str | None, quiet: bool)
     help="Output format (default: from the file suffix, else wav).",
 )
 @click.option("--sample-rate", type=int, help="Output sample rate in Hz (default: the model's).")
-@click.option("--speed", type=click.FloatRange(0.25, 4.0), default=1.0, show_default=True)
+@click.option(
+    "--speed",
+    type=click.FloatRange(0.25, 4.0),
+    default=1.0,
+    show_default=True,
+    help="Speaking rate (pitch is kept).",
+)
 @click.option("--stream", is_flag=True, help="Write audio as it is generated.")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), help="Sampling seed.")
 @click.option(
