@@ -144,6 +144,9 @@ def test_serve_engine_cancel_timeout_and_back_pressure(omni_models) -> None:
         long = Job(omni.request("long", num_inference_steps=50, width=32, height=32),
                    on_progress=lambda done, total: progress.append(done))
         engine.submit(long)
+        deadline = time.monotonic() + 60
+        while long.started_at is None and time.monotonic() < deadline:
+            time.sleep(0.001)  # the worker admits it: the queue is empty again
         queued = [engine.submit(Job(omni.request("q", num_inference_steps=2, width=32,
                                                  height=32))) for _ in range(2)]
         from omni_core.engine import QueueFullError
@@ -168,6 +171,12 @@ def test_serve_engine_cancel_timeout_and_back_pressure(omni_models) -> None:
         engine.submit(slow)
         with pytest.raises(RequestTimeoutError):
             slow.future.result(timeout=60)
+        blocker = engine.submit(Job(omni.request("blocker", num_inference_steps=20, width=32,
+                                                 height=32)))
+        stale = engine.submit(Job(omni.request("stale", width=32, height=32), timeout_s=0.01))
+        with pytest.raises(RequestTimeoutError, match="in queue"):
+            stale.future.result(timeout=60)
+        assert blocker.future.result(timeout=60).images
     finally:
         engine.stop(timeout=30)
 
