@@ -176,8 +176,16 @@ def test_serve_video_multipart_with_input_reference(live_server, http, wait_for)
         wait_for(lambda: http.get(f"/v1/videos/{video_id}").json()["status"] == "completed")
 
 
-def test_serve_video_cancel_within_a_step(live_server, http, wait_for) -> None:
+def test_serve_video_cancel_within_a_step(live_server, http, wait_for, monkeypatch) -> None:
     live_server.need("wan")
+    pipeline = live_server.state.models["wan"].engine.pipeline
+    original = pipeline.step
+
+    def slow_step(states: list[Any]) -> None:  # 50 steps take >= 1 s: time to cancel
+        time.sleep(0.02)
+        original(states)
+
+    monkeypatch.setattr(pipeline, "step", slow_step)
     job = http.post("/v1/videos", json={"model": "wan", "prompt": "a long one",
                                         **_wan_fields(steps=50)}).json()
     wait_for(lambda: http.get(f"/v1/videos/{job['id']}").json()["progress"] > 0, timeout=120)
