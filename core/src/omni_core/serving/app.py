@@ -351,13 +351,13 @@ class ServerState:
         last = [-1]
 
         def on_start() -> None:
-            self.io.submit(store.update, job_id, status="in_progress")
+            self.io.submit(store.update, job_id, only_active=True, status="in_progress")
 
         def on_progress(done: int, total: int) -> None:
             pct = min(99, int(100 * done / max(total, 1)))
             if pct != last[0]:
                 last[0] = pct
-                self.io.submit(store.update, job_id, progress=pct)
+                self.io.submit(store.update, job_id, only_active=True, progress=pct)
 
         job = Job(request, on_progress=on_progress, on_start=on_start)
         job.future.add_done_callback(lambda fut: self._video_done(served, job, fut))

@@ -121,14 +121,19 @@ class JobStore:
         assert record is not None
         return record
 
-    def update(self, job_id: str, **fields: Any) -> None:
+    def update(self, job_id: str, *, only_active: bool = False, **fields: Any) -> None:
+        """Set columns of a job. ``only_active`` updates (start, progress) never touch a job
+        that already reached a final status: they may arrive late from another thread."""
         if not fields:
             return
         if "error" in fields and fields["error"] is not None:
             fields["error"] = json.dumps(fields["error"])
         columns = ", ".join(f"{k} = ?" for k in fields)
+        where = "id = ?"
+        if only_active:
+            where += " AND status IN ('queued', 'in_progress')"
         with self._lock:
-            self._db.execute(f"UPDATE jobs SET {columns} WHERE id = ?",
+            self._db.execute(f"UPDATE jobs SET {columns} WHERE {where}",
                              (*fields.values(), job_id))
 
     def get(self, job_id: str) -> JobRecord | None:
