@@ -86,3 +86,16 @@ def test_runtime_adapter_refuses_unknown_classes(tmp_path: Path) -> None:
     (tmp_path / "model_index.json").write_text('{"_class_name": "MyCustomPipeline"}')
     with isolated_host(), pytest.raises(ModelNotFoundError, match="no pipeline class"):
         Omni(tmp_path, device="cpu")
+
+
+def test_runtime_adapter_precheck_needs_no_weights(ddpm: Path) -> None:
+    """The CLI's check before loading: from the class's __call__ signature alone."""
+    from omni_core.builtins.diffusers_adapter import DiffusersAdapterPipeline
+    from omni_core.pipelines.base import GenerationRequest
+
+    ok = DiffusersAdapterPipeline.precheck(ddpm, GenerationRequest(extras={"batch_size": 1}))
+    assert ok.extras == {"batch_size": 1}
+    with pytest.raises(InvalidRequestError, match="takes no guidance_scale"):
+        DiffusersAdapterPipeline.precheck(ddpm, GenerationRequest(guidance_scale=2.0))
+    with pytest.raises(InvalidRequestError, match="unknown extra 'foo'"):
+        DiffusersAdapterPipeline.precheck(ddpm, GenerationRequest(extras={"foo": 1}))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -116,34 +116,20 @@ class DiffusersAdapterPipeline(StagedPipeline):
         return cls(pipe, options, routing)
 
     def validate(self, request: GenerationRequest) -> GenerationRequest:
-        extras = dict(request.extras)
-        for key in extras:
-            if key in RESERVED:
-                raise InvalidRequestError(f"extras.{key} is set by omni itself", param=key)
-            if key not in self.parameters:
-                known = sorted(set(self.parameters) - RESERVED - set(SHARED_TO_CALL) - {"image"})
-                raise InvalidRequestError(
-                    f"unknown extra {key!r} for {type(self.pipe).__name__}; it accepts: "
-                    f"{', '.join(known) or 'none'}",
-                    param=key,
-                )
-        for field, argument in SHARED_TO_CALL.items():
-            value = getattr(request, field)
-            if value is not None and field != "prompt" and argument not in self.parameters:
-                raise InvalidRequestError(
-                    f"{type(self.pipe).__name__} takes no {field}", param=field
-                )
-        if request.images and "image" not in self.parameters:
-            raise InvalidRequestError(
-                f"{type(self.pipe).__name__} takes no conditioning image", param="image"
-            )
-        if request.num_outputs > 1:
-            per = "num_videos_per_prompt" if self.is_video else "num_images_per_prompt"
-            if per not in self.parameters:
-                raise InvalidRequestError(
-                    f"{type(self.pipe).__name__} makes one output per prompt", param="n"
-                )
-        return request
+        return check_request(type(self.pipe).__name__, self.parameters, request)
+
+    @classmethod
+    def precheck(cls, path: Path, request: GenerationRequest) -> GenerationRequest:
+        """The same checks from the pipeline class's ``__call__`` signature, without weights."""
+        try:
+            import diffusers
+
+            name = json.loads((path / "model_index.json").read_text())["_class_name"]
+            pipeline_cls = getattr(diffusers, name)
+        except Exception:  # noqa: BLE001 - from_pretrained reports an unusable checkpoint
+            return super().precheck(path, request)
+        parameters = inspect.signature(pipeline_cls.__call__).parameters
+        return check_request(name, parameters, request)
 
     def prepare(self, request: GenerationRequest) -> DenoiseState:
         request = self.validate(request)
@@ -192,6 +178,33 @@ class DiffusersAdapterPipeline(StagedPipeline):
             return GenerationResult(video=video, fps=fps, info=info)
         images = list(output) if isinstance(output, list | tuple) else [output]
         return GenerationResult(images=images, info=info)
+
+
+def check_request(
+    name: str, parameters: Mapping[str, Any], request: GenerationRequest
+) -> GenerationRequest:
+    """Reject what the diffusers pipeline ``name`` (whose ``__call__`` takes ``parameters``)
+    cannot do with ``request``, naming the field, before any compute."""
+    for key in request.extras:
+        if key in RESERVED:
+            raise InvalidRequestError(f"extras.{key} is set by omni itself", param=key)
+        if key not in parameters:
+            known = sorted(set(parameters) - RESERVED - set(SHARED_TO_CALL) - {"self", "image"})
+            raise InvalidRequestError(
+                f"unknown extra {key!r} for {name}; it accepts: {', '.join(known) or 'none'}",
+                param=key,
+            )
+    for field, argument in SHARED_TO_CALL.items():
+        value = getattr(request, field)
+        if value is not None and field != "prompt" and argument not in parameters:
+            raise InvalidRequestError(f"{name} takes no {field}", param=field)
+    if request.images and "image" not in parameters:
+        raise InvalidRequestError(f"{name} takes no conditioning image", param="image")
+    if request.num_outputs > 1:
+        per = "num_videos_per_prompt" if "num_frames" in parameters else "num_images_per_prompt"
+        if per not in parameters:
+            raise InvalidRequestError(f"{name} makes one output per prompt", param="n")
+    return request
 
 
 @hookimpl
