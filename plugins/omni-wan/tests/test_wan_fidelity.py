@@ -158,6 +158,16 @@ def test_wan_unbatched_cfg_matches_diffusers(tiny_wan: Any, wan_kwargs: Any) -> 
     assert_close(result.video, reference(path, kwargs))
 
 
+def _diffusers_hooks_support_cache() -> bool:
+    from diffusers.hooks import HookRegistry
+
+    return hasattr(HookRegistry, "invalidate_child_registries_cache")
+
+
+@pytest.mark.skipif(
+    not _diffusers_hooks_support_cache(),
+    reason="omni_core.acceleration's step cache uses diffusers hook APIs this diffusers lacks",
+)
 def test_wan_step_cache_reports_hits(tiny_wan: Any, wan_kwargs: Any) -> None:
     """omni_core.acceleration's step cache wraps every expert's forward; hits are reported."""
     from omni_core import Omni
