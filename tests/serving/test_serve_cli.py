@@ -57,17 +57,19 @@ def test_serve_cli_bench_serve_unreachable_server() -> None:
     assert "failed 1" in result.output or "cannot reach" in result.output
 
 
-@pytest.mark.parametrize("task", ["t2i", "tts"])
+@pytest.mark.parametrize("task", ["t2i", "i2i", "t2v", "tts"])
 def test_serve_cli_bench_serve_live(live_server, tmp_path: Path, task: str) -> None:
-    model = {"t2i": "qwen", "tts": "tts"}[task]
+    model = {"t2i": "qwen", "i2i": "qwen-edit", "t2v": "wan", "tts": "tts"}[task]
     live_server.need(model)
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     args = ["bench", "serve", "--base-url", live_server.url, "--task", task,
             "--num-prompts", "6", "--max-concurrency", "3", "--request-rate", "50",
             "--warmup-requests", "1", "--slo-ms", "60000", "--api-key", live_server.api_key,
             "--output", str(out), "--plot", str(png)]
-    if task == "t2i":
-        args += ["--size", "32x32", "--steps", "2"]
+    if task != "tts":
+        args += ["--size", "32x32", "--steps", "2", "--model", model]
+    if task == "t2v":
+        args += ["--num-frames", "5"]
     result = _run(*args)
     assert result.exit_code == 0, result.output
     assert "throughput" in result.output
