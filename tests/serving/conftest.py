@@ -41,8 +41,9 @@ class Checkpoints:
     missing: dict[str, str] = field(default_factory=dict)
 
 
-def _build(ckpts: Checkpoints, model_id: str, root: Path, module: str, builder: str,
-           **kwargs: Any) -> None:
+def _build(
+    ckpts: Checkpoints, model_id: str, root: Path, module: str, builder: str, **kwargs: Any
+) -> None:
     """Build with the plugin's own builder; usable only if an installed pipeline claims it."""
     import importlib
 
@@ -70,8 +71,9 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Checkpoints:
     ckpts = Checkpoints()
     _build(ckpts, "wan", root, "omni_wan.testing", "build_tiny_wan", variant="t2v")
     _build(ckpts, "qwen", root, "omni_qwen.testing", "build_tiny_qwen_image", variant="t2i")
-    _build(ckpts, "qwen-edit", root, "omni_qwen.testing", "build_tiny_qwen_image",
-           variant="edit-plus")
+    _build(
+        ckpts, "qwen-edit", root, "omni_qwen.testing", "build_tiny_qwen_image", variant="edit-plus"
+    )
     _build(ckpts, "tts", root, "omni_tts.testing", "build_tiny_tts", family="vits")
     if not ckpts.paths:
         pytest.skip(f"no model plugin is ready: {ckpts.missing}")
@@ -111,21 +113,30 @@ class LiveServer:
         self.thread.join(60)
 
 
-def start_server(config: Any, checkpoints: Checkpoints, state_dir: Path,
-                 timeout: float = 300.0) -> LiveServer:
+def start_server(
+    config: Any, checkpoints: Checkpoints, state_dir: Path, timeout: float = 300.0
+) -> LiveServer:
     """uvicorn.Server on a thread (one process: imports are paid once), ready when /health is."""
     import uvicorn
 
     from omni_core.serving import create_app
 
     app = create_app(config)
-    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port,
-                                           log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", lifespan="on")
+    )
     thread = threading.Thread(target=server.run, name="omni-test-server", daemon=True)
     thread.start()
     url = f"http://{config.host}:{config.port}"
-    live = LiveServer(url=url, app=app, server=server, thread=thread, state_dir=state_dir,
-                      checkpoints=checkpoints, api_key=config.api_key)
+    live = LiveServer(
+        url=url,
+        app=app,
+        server=server,
+        thread=thread,
+        state_dir=state_dir,
+        checkpoints=checkpoints,
+        api_key=config.api_key,
+    )
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -164,8 +175,9 @@ def server_config(checkpoints: Checkpoints, state_dir: Path, **overrides: Any) -
 
 
 @pytest.fixture(scope="session")
-def live_server(checkpoints: Checkpoints, tmp_path_factory: pytest.TempPathFactory
-                ) -> Iterator[LiveServer]:
+def live_server(
+    checkpoints: Checkpoints, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
     import torch
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
@@ -179,8 +191,9 @@ def live_server(checkpoints: Checkpoints, tmp_path_factory: pytest.TempPathFacto
 def openai_client(live_server: LiveServer) -> Any:
     import openai
 
-    return openai.OpenAI(base_url=f"{live_server.url}/v1", api_key=API_KEY, max_retries=0,
-                         timeout=120)
+    return openai.OpenAI(
+        base_url=f"{live_server.url}/v1", api_key=API_KEY, max_retries=0, timeout=120
+    )
 
 
 @pytest.fixture()

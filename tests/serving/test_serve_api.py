@@ -41,8 +41,14 @@ def test_serve_health_models_and_metrics(live_server, openai_client, http) -> No
     metrics = http.get("/metrics")
     assert metrics.status_code == 200
     text = metrics.text
-    for name in ("omni_queue_depth", "omni_running_requests", "omni_batch_size",
-                 "omni_step_seconds", "omni_request_latency_seconds", "omni_model_ready"):
+    for name in (
+        "omni_queue_depth",
+        "omni_running_requests",
+        "omni_batch_size",
+        "omni_step_seconds",
+        "omni_request_latency_seconds",
+        "omni_model_ready",
+    ):
         assert name in text, name
 
 
@@ -55,9 +61,14 @@ def test_serve_api_key_is_enforced(live_server) -> None:
     assert response.json()["error"]["code"] == "invalid_api_key"
     wrong = httpx.get(f"{live_server.url}/v1/models", headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
-    for method, path in (("POST", "/v1/images/generations"), ("POST", "/v1/videos"),
-                         ("GET", "/v1/videos"), ("POST", "/v1/audio/speech"),
-                         ("GET", "/v1/audio/voices"), ("POST", "/v1/images/edits")):
+    for method, path in (
+        ("POST", "/v1/images/generations"),
+        ("POST", "/v1/videos"),
+        ("GET", "/v1/videos"),
+        ("POST", "/v1/audio/speech"),
+        ("GET", "/v1/audio/voices"),
+        ("POST", "/v1/images/edits"),
+    ):
         assert httpx.request(method, live_server.url + path, json={}).status_code == 401, path
     # Health and metrics stay open for probes and scrapers.
     assert httpx.get(f"{live_server.url}/health").status_code == 200
@@ -71,24 +82,42 @@ def test_serve_api_key_is_enforced(live_server) -> None:
 
 def test_serve_images_generate_b64_and_url(live_server, openai_client, http) -> None:
     live_server.need("qwen")
-    result = openai_client.images.generate(model="qwen", prompt="a red fox", size=QWEN_SIZE, n=2,
-                                           extra_body={"seed": 7, "num_inference_steps": 2})
+    result = openai_client.images.generate(
+        model="qwen",
+        prompt="a red fox",
+        size=QWEN_SIZE,
+        n=2,
+        extra_body={"seed": 7, "num_inference_steps": 2},
+    )
     assert len(result.data) == 2
     images = [_decode_b64_png(d.b64_json) for d in result.data]
     assert all(im.size == (32, 32) for im in images)
 
-    again = openai_client.images.generate(model="qwen", prompt="a red fox", size=QWEN_SIZE, n=1,
-                                          extra_body={"seed": 7, "num_inference_steps": 2})
-    assert np.array_equal(np.asarray(_decode_b64_png(again.data[0].b64_json)),
-                          np.asarray(images[0])), "same seed, same image"
+    again = openai_client.images.generate(
+        model="qwen",
+        prompt="a red fox",
+        size=QWEN_SIZE,
+        n=1,
+        extra_body={"seed": 7, "num_inference_steps": 2},
+    )
+    assert np.array_equal(
+        np.asarray(_decode_b64_png(again.data[0].b64_json)), np.asarray(images[0])
+    ), "same seed, same image"
 
-    raw = http.post("/v1/images/generations", headers={"x-request-id": "trace-42"}, json={
-        "model": "qwen", "prompt": "a fox", "size": QWEN_SIZE, "num_inference_steps": 2})
+    raw = http.post(
+        "/v1/images/generations",
+        headers={"x-request-id": "trace-42"},
+        json={"model": "qwen", "prompt": "a fox", "size": QWEN_SIZE, "num_inference_steps": 2},
+    )
     assert raw.status_code == 200 and raw.headers["x-request-id"] == "trace-42"
 
-    by_url = openai_client.images.generate(model="qwen", prompt="a fox", size=QWEN_SIZE,
-                                           response_format="url",
-                                           extra_body={"num_inference_steps": 2})
+    by_url = openai_client.images.generate(
+        model="qwen",
+        prompt="a fox",
+        size=QWEN_SIZE,
+        response_format="url",
+        extra_body={"num_inference_steps": 2},
+    )
     url = by_url.data[0].url
     assert url and url.startswith("/v1/images/files/")
     content = http.get(url)
@@ -98,30 +127,43 @@ def test_serve_images_generate_b64_and_url(live_server, openai_client, http) -> 
 
 def test_serve_images_edit_one_and_many(live_server, openai_client) -> None:
     live_server.need("qwen-edit")
-    one = openai_client.images.edit(model="qwen-edit", image=("in.png", _png(), "image/png"),
-                                    prompt="make it blue", size=QWEN_SIZE,
-                                    extra_body={"num_inference_steps": 2, "seed": 1})
+    one = openai_client.images.edit(
+        model="qwen-edit",
+        image=("in.png", _png(), "image/png"),
+        prompt="make it blue",
+        size=QWEN_SIZE,
+        extra_body={"num_inference_steps": 2, "seed": 1},
+    )
     assert _decode_b64_png(one.data[0].b64_json).size == (32, 32)
     many = openai_client.images.edit(
-        model="qwen-edit", prompt="combine them", size=QWEN_SIZE,
-        image=[("a.png", _png(color=(0, 0, 255)), "image/png"),
-               ("b.png", _png(color=(0, 255, 0)), "image/png")],
-        extra_body={"num_inference_steps": 2})
+        model="qwen-edit",
+        prompt="combine them",
+        size=QWEN_SIZE,
+        image=[
+            ("a.png", _png(color=(0, 0, 255)), "image/png"),
+            ("b.png", _png(color=(0, 255, 0)), "image/png"),
+        ],
+        extra_body={"num_inference_steps": 2},
+    )
     assert len(many.data) == 1
 
 
 def test_serve_pipeline_extras_are_validated_by_the_pipeline(live_server, http) -> None:
     live_server.need("wan")
-    bad = http.post("/v1/videos", json={"model": "wan", "prompt": "x", "flow_shift": -1,
-                                        **_wan_fields()})
+    bad = http.post(
+        "/v1/videos", json={"model": "wan", "prompt": "x", "flow_shift": -1, **_wan_fields()}
+    )
     assert bad.status_code == 400
     assert "flow_shift" in bad.json()["error"]["message"]
-    unknown = http.post("/v1/videos", json={"model": "wan", "prompt": "x", "no_such_knob": 1,
-                                            **_wan_fields()})
+    unknown = http.post(
+        "/v1/videos", json={"model": "wan", "prompt": "x", "no_such_knob": 1, **_wan_fields()}
+    )
     assert unknown.status_code == 400
     assert unknown.json()["error"]["param"] == "no_such_knob"
-    ok = http.post("/v1/videos", json={"model": "wan", "prompt": "x", "flow_shift": 5.0,
-                                       "fps": 8, **_wan_fields(steps=1)})
+    ok = http.post(
+        "/v1/videos",
+        json={"model": "wan", "prompt": "x", "flow_shift": 5.0, "fps": 8, **_wan_fields(steps=1)},
+    )
     assert ok.status_code == 200, ok.text
 
 
@@ -132,16 +174,21 @@ def _wan_fields(steps: int = 2) -> dict[str, Any]:
     return {"size": "32x32", "num_frames": 5, "num_inference_steps": steps, "seed": 3}
 
 
-def test_serve_video_job_lifecycle_with_openai_client(live_server, openai_client,
-                                                      wait_for) -> None:
+def test_serve_video_job_lifecycle_with_openai_client(live_server, openai_client, wait_for) -> None:
     live_server.need("wan")
-    job = openai_client.videos.create(model="wan", prompt="waves on a shore", size="32x32",
-                                      extra_body={"num_frames": 5, "num_inference_steps": 2})
+    job = openai_client.videos.create(
+        model="wan",
+        prompt="waves on a shore",
+        size="32x32",
+        extra_body={"num_frames": 5, "num_inference_steps": 2},
+    )
     assert job.object == "video" and job.status in ("queued", "in_progress", "completed")
     assert job.size == "32x32"
 
-    done = wait_for(lambda: (v := openai_client.videos.retrieve(job.id)).status == "completed"
-                    and v, timeout=120)
+    done = wait_for(
+        lambda: (v := openai_client.videos.retrieve(job.id)).status == "completed" and v,
+        timeout=120,
+    )
     assert done.progress == 100 and done.completed_at is not None and done.error is None
 
     listed = openai_client.videos.list()
@@ -164,8 +211,13 @@ def _mp4_frames(data: bytes) -> np.ndarray:
 def test_serve_video_multipart_with_input_reference(live_server, http, wait_for) -> None:
     live_server.need("wan")
     files = {"input_reference": ("ref.png", _png(), "image/png")}
-    data = {"model": "wan", "prompt": "animate", "size": "32x32", "num_frames": "5",
-            "num_inference_steps": "1"}
+    data = {
+        "model": "wan",
+        "prompt": "animate",
+        "size": "32x32",
+        "num_frames": "5",
+        "num_inference_steps": "1",
+    }
     response = http.post("/v1/videos", data=data, files=files)
     # Text-to-video Wan takes no conditioning image: a clear 400 from the pipeline, before compute.
     assert response.status_code in (200, 400), response.text
@@ -186,8 +238,9 @@ def test_serve_video_cancel_within_a_step(live_server, http, wait_for, monkeypat
         original(states)
 
     monkeypatch.setattr(pipeline, "step", slow_step)
-    job = http.post("/v1/videos", json={"model": "wan", "prompt": "a long one",
-                                        **_wan_fields(steps=50)}).json()
+    job = http.post(
+        "/v1/videos", json={"model": "wan", "prompt": "a long one", **_wan_fields(steps=50)}
+    ).json()
     wait_for(lambda: http.get(f"/v1/videos/{job['id']}").json()["progress"] > 0, timeout=120)
     t0 = time.perf_counter()
     cancelled = http.delete(f"/v1/videos/{job['id']}")
@@ -212,9 +265,9 @@ def test_serve_video_cancel_within_a_step(live_server, http, wait_for, monkeypat
 @pytest.mark.parametrize("fmt", ["wav", "mp3", "flac", "pcm"])
 def test_serve_speech_formats(live_server, openai_client, fmt: str) -> None:
     live_server.need("tts")
-    response = openai_client.audio.speech.create(model="tts", input="hello world",
-                                                 voice=_voice(live_server),
-                                                 response_format=fmt)
+    response = openai_client.audio.speech.create(
+        model="tts", input="hello world", voice=_voice(live_server), response_format=fmt
+    )
     data = response.read()
     assert len(data) > 100
     if fmt == "wav":
@@ -233,13 +286,21 @@ def _voice(live_server) -> str:
 def test_serve_speech_streaming_pcm_matches_whole(live_server, openai_client) -> None:
     live_server.need("tts")
     voice = _voice(live_server)
-    whole = openai_client.audio.speech.create(model="tts", input="streaming speech works",
-                                              voice=voice, response_format="pcm",
-                                              extra_body={"seed": 5}).read()
+    whole = openai_client.audio.speech.create(
+        model="tts",
+        input="streaming speech works",
+        voice=voice,
+        response_format="pcm",
+        extra_body={"seed": 5},
+    ).read()
     chunks = []
     with openai_client.audio.speech.with_streaming_response.create(
-        model="tts", input="streaming speech works", voice=voice, response_format="pcm",
-        stream_format="audio", extra_body={"seed": 5},
+        model="tts",
+        input="streaming speech works",
+        voice=voice,
+        response_format="pcm",
+        stream_format="audio",
+        extra_body={"seed": 5},
     ) as response:
         assert response.headers["content-type"].startswith("audio/pcm")
         for chunk in response.iter_bytes():
@@ -251,10 +312,16 @@ def test_serve_speech_streaming_pcm_matches_whole(live_server, openai_client) ->
 def test_serve_speech_sse_events(live_server, http) -> None:
     live_server.need("tts")
     events = []
-    with http.stream("POST", "/v1/audio/speech", json={
-        "model": "tts", "input": "server sent events", "stream_format": "sse",
-        "voice": _voice(live_server),
-    }) as response:
+    with http.stream(
+        "POST",
+        "/v1/audio/speech",
+        json={
+            "model": "tts",
+            "input": "server sent events",
+            "stream_format": "sse",
+            "voice": _voice(live_server),
+        },
+    ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         for line in response.iter_lines():

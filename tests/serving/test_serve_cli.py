@@ -50,8 +50,20 @@ def test_serve_cli_bench_is_a_lazy_group() -> None:
 
 
 def test_serve_cli_bench_serve_unreachable_server() -> None:
-    result = _run("bench", "serve", "--task", "t2i", "--base-url", "http://127.0.0.1:9",
-                  "--warmup-requests", "0", "--num-prompts", "1", "--model", "x")
+    result = _run(
+        "bench",
+        "serve",
+        "--task",
+        "t2i",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--warmup-requests",
+        "0",
+        "--num-prompts",
+        "1",
+        "--model",
+        "x",
+    )
     # Every request failed to connect: reported, and a non-zero exit.
     assert result.exit_code != 0
     assert "failed 1" in result.output or "cannot reach" in result.output
@@ -62,10 +74,30 @@ def test_serve_cli_bench_serve_live(live_server, tmp_path: Path, task: str) -> N
     model = {"t2i": "qwen", "i2i": "qwen-edit", "t2v": "wan", "tts": "tts"}[task]
     live_server.need(model)
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
-    args = ["bench", "serve", "--base-url", live_server.url, "--task", task,
-            "--num-prompts", "6", "--max-concurrency", "3", "--request-rate", "50",
-            "--warmup-requests", "1", "--slo-ms", "60000", "--api-key", live_server.api_key,
-            "--output", str(out), "--plot", str(png)]
+    args = [
+        "bench",
+        "serve",
+        "--base-url",
+        live_server.url,
+        "--task",
+        task,
+        "--num-prompts",
+        "6",
+        "--max-concurrency",
+        "3",
+        "--request-rate",
+        "50",
+        "--warmup-requests",
+        "1",
+        "--slo-ms",
+        "60000",
+        "--api-key",
+        live_server.api_key,
+        "--output",
+        str(out),
+        "--plot",
+        str(png),
+    ]
     if task != "tts":
         args += ["--size", "32x32", "--steps", "2", "--model", model]
     if task == "t2v":

@@ -28,14 +28,22 @@ def test_serve_64_requests_at_concurrency_16_complete_or_429(live_server) -> Non
     async def main() -> list[httpx.Response]:
         semaphore = asyncio.Semaphore(16)
         headers = {"Authorization": f"Bearer {live_server.api_key}"}
-        async with httpx.AsyncClient(base_url=live_server.url, headers=headers,
-                                     timeout=300) as client:
+        async with httpx.AsyncClient(
+            base_url=live_server.url, headers=headers, timeout=300
+        ) as client:
 
             async def one(i: int) -> httpx.Response:
                 async with semaphore:
-                    return await client.post("/v1/images/generations", json={
-                        "model": "qwen", "prompt": f"prompt {i}", "size": "32x32",
-                        "num_inference_steps": 2, "seed": i})
+                    return await client.post(
+                        "/v1/images/generations",
+                        json={
+                            "model": "qwen",
+                            "prompt": f"prompt {i}",
+                            "size": "32x32",
+                            "num_inference_steps": 2,
+                            "seed": i,
+                        },
+                    )
 
             return await asyncio.gather(*(one(i) for i in range(64)))
 
@@ -97,8 +105,9 @@ def test_serve_batching_on_and_off_give_the_same_outputs(omni_models, model_id: 
         pytest.skip(f"{model_id} is not available")
     omni = omni_models[model_id]
     size = {"width": 32, "height": 32} | ({"num_frames": 5} if model_id == "wan" else {})
-    requests = [omni.request(f"prompt number {i}", seed=i, num_inference_steps=3, **size)
-                for i in range(4)]
+    requests = [
+        omni.request(f"prompt number {i}", seed=i, num_inference_steps=3, **size) for i in range(4)
+    ]
     observed: list[int] = []
 
     class Sizes:
@@ -124,8 +133,9 @@ def test_serve_batching_on_and_off_give_the_same_outputs(omni_models, model_id: 
         assert (diff > 0).mean() < 0.01
     # And a batched output equals the plain Python API's (run_to_completion) output.
     direct = omni.generate(f"prompt number {2}", seed=2, num_inference_steps=3, **size)
-    assert np.abs(_pixels(direct).astype(np.int16) - _pixels(batched[2]).astype(np.int16)
-                  ).max() <= 1
+    assert (
+        np.abs(_pixels(direct).astype(np.int16) - _pixels(batched[2]).astype(np.int16)).max() <= 1
+    )
 
 
 def _pixels(result: Any) -> np.ndarray:
@@ -141,14 +151,18 @@ def test_serve_engine_cancel_timeout_and_back_pressure(omni_models) -> None:
     progress: list[int] = []
     engine = Engine(omni.pipeline, max_batch=1, max_queue=2).start()
     try:
-        long = Job(omni.request("long", num_inference_steps=50, width=32, height=32),
-                   on_progress=lambda done, total: progress.append(done))
+        long = Job(
+            omni.request("long", num_inference_steps=50, width=32, height=32),
+            on_progress=lambda done, total: progress.append(done),
+        )
         engine.submit(long)
         deadline = time.monotonic() + 60
         while long.started_at is None and time.monotonic() < deadline:
             time.sleep(0.001)  # the worker admits it: the queue is empty again
-        queued = [engine.submit(Job(omni.request("q", num_inference_steps=2, width=32,
-                                                 height=32))) for _ in range(2)]
+        queued = [
+            engine.submit(Job(omni.request("q", num_inference_steps=2, width=32, height=32)))
+            for _ in range(2)
+        ]
         from omni_core.engine import QueueFullError
 
         with pytest.raises(QueueFullError) as info:
@@ -166,13 +180,15 @@ def test_serve_engine_cancel_timeout_and_back_pressure(omni_models) -> None:
             long.future.result(timeout=60)
         assert progress[-1] <= at_cancel + 1, "stopped within one denoising step"
         assert queued[0].future.result(timeout=60).images
-        slow = Job(omni.request("slow", num_inference_steps=50, width=32, height=32),
-                   timeout_s=0.05)
+        slow = Job(
+            omni.request("slow", num_inference_steps=50, width=32, height=32), timeout_s=0.05
+        )
         engine.submit(slow)
         with pytest.raises(RequestTimeoutError):
             slow.future.result(timeout=60)
-        blocker = engine.submit(Job(omni.request("blocker", num_inference_steps=20, width=32,
-                                                 height=32)))
+        blocker = engine.submit(
+            Job(omni.request("blocker", num_inference_steps=20, width=32, height=32))
+        )
         stale = engine.submit(Job(omni.request("stale", width=32, height=32), timeout_s=0.01))
         with pytest.raises(RequestTimeoutError, match="in queue"):
             stale.future.result(timeout=60)
@@ -181,8 +197,7 @@ def test_serve_engine_cancel_timeout_and_back_pressure(omni_models) -> None:
         engine.stop(timeout=30)
 
 
-def test_serve_client_disconnect_cancels_the_request(live_server, wait_for,
-                                                     monkeypatch) -> None:
+def test_serve_client_disconnect_cancels_the_request(live_server, wait_for, monkeypatch) -> None:
     live_server.need("qwen")
     import httpx
 
@@ -198,8 +213,15 @@ def test_serve_client_disconnect_cancels_the_request(live_server, wait_for,
     wait_for(lambda: engine.running_count == 0 and engine.queue_depth == 0)
     before = _batch_counts(live_server)["count"]
     with pytest.raises(httpx.ReadTimeout), live_server.http(timeout=0.5) as client:
-        client.post("/v1/images/generations", json={
-            "model": "qwen", "prompt": "abandoned", "size": "32x32", "num_inference_steps": 50})
+        client.post(
+            "/v1/images/generations",
+            json={
+                "model": "qwen",
+                "prompt": "abandoned",
+                "size": "32x32",
+                "num_inference_steps": 50,
+            },
+        )
     wait_for(lambda: engine.running_count == 0 and engine.queue_depth == 0, timeout=60)
     steps = _batch_counts(live_server)["count"] - before
     assert steps < 50, f"{steps} steps ran for a request whose client went away"
@@ -214,8 +236,10 @@ def test_serve_requests_join_between_steps(omni_models, model_id: str) -> None:
     omni = omni_models[model_id]
     size = {"width": 32, "height": 32} | ({"num_frames": 5} if model_id == "wan" else {})
     first = omni.request("first prompt", seed=1, num_inference_steps=8, **size)
-    late = [omni.request(f"late prompt {i}", seed=10 + i, num_inference_steps=8, **size)
-            for i in range(2)]
+    late = [
+        omni.request(f"late prompt {i}", seed=10 + i, num_inference_steps=8, **size)
+        for i in range(2)
+    ]
     progressed = []
     engine = Engine(omni.pipeline, max_batch=4).start()
     try:

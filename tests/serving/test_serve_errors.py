@@ -9,8 +9,9 @@ import pytest
 from PIL import Image
 
 
-def _assert_error(response: Any, status: int, param: str | None = None,
-                  code: str | None = None) -> dict[str, Any]:
+def _assert_error(
+    response: Any, status: int, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
     assert response.status_code == status, response.text
     body = response.json()
     assert set(body) == {"error"}
@@ -41,10 +42,12 @@ GEN = "/v1/images/generations"
         ({"model": "qwen", "prompt": "x", "size": "33x32"}, None, None),  # the pipeline's rule
         ({"model": "qwen", "prompt": "x", "size": "4096x4096"}, "size", None),  # server limit
         ({"model": "qwen", "prompt": "x", "num_inference_steps": 0}, "num_inference_steps", None),
-        ({"model": "qwen", "prompt": "x", "num_inference_steps": 100000}, "num_inference_steps",
-         None),
-        ({"model": "qwen", "prompt": "x", "num_inference_steps": 51}, "num_inference_steps",
-         None),
+        (
+            {"model": "qwen", "prompt": "x", "num_inference_steps": 100000},
+            "num_inference_steps",
+            None,
+        ),
+        ({"model": "qwen", "prompt": "x", "num_inference_steps": 51}, "num_inference_steps", None),
         ({"model": "qwen", "prompt": "x", "guidance_scale": -1}, "guidance_scale", None),
         ({"model": "qwen", "prompt": "x", "guidance_scale": 1e9}, "guidance_scale", None),
         ({"model": "qwen", "prompt": "x", "n": 0}, "n", None),
@@ -67,13 +70,16 @@ def test_serve_invalid_image_requests(live_server, http, body, param, code) -> N
 
 
 def test_serve_malformed_and_unknown(live_server, http) -> None:
-    _assert_error(http.post(GEN, content=b'{"prompt": ', headers={"content-type":
-                                                                   "application/json"}),
-                  400, code="invalid_json")
+    _assert_error(
+        http.post(GEN, content=b'{"prompt": ', headers={"content-type": "application/json"}),
+        400,
+        code="invalid_json",
+    )
     _assert_error(http.post(GEN, content=b"[1, 2]"), 400, code="invalid_json")
     _assert_error(http.post(GEN, content=b"\xff\xfe"), 400, code="invalid_json")
-    _assert_error(http.post(GEN, json={"model": "nope", "prompt": "x"}), 404, "model",
-                  "model_not_found")
+    _assert_error(
+        http.post(GEN, json={"model": "nope", "prompt": "x"}), 404, "model", "model_not_found"
+    )
     _assert_error(http.get("/v1/no/such/route"), 404)
     _assert_error(http.put("/v1/models"), 405)
     _assert_error(http.get("/v1/videos/video_missing"), 404, code="video_not_found")
@@ -95,38 +101,74 @@ def test_serve_upload_errors(live_server, http) -> None:
     live_server.need("qwen-edit")
     url = "/v1/images/edits"
     fields = {"model": "qwen-edit", "prompt": "edit", "size": "32x32"}
-    _assert_error(http.post(url, data=fields, files={"image": ("a.png", b"not an image",
-                                                               "image/png")}),
-                  400, "image", "invalid_image")
-    _assert_error(http.post(url, data=fields, files={"image": ("a.png", b"", "image/png")}),
-                  400, "image")
+    _assert_error(
+        http.post(url, data=fields, files={"image": ("a.png", b"not an image", "image/png")}),
+        400,
+        "image",
+        "invalid_image",
+    )
+    _assert_error(
+        http.post(url, data=fields, files={"image": ("a.png", b"", "image/png")}), 400, "image"
+    )
     too_big = b"\x89PNG" + b"\0" * (1024 * 1024 + 10)  # the test server allows 1 MB
-    error = _assert_error(http.post(url, data=fields, files={"image": ("a.png", too_big,
-                                                                       "image/png")}), 413)
+    error = _assert_error(
+        http.post(url, data=fields, files={"image": ("a.png", too_big, "image/png")}), 413
+    )
     assert "MB" in error["message"] or "bytes" in error["message"] or "exceed" in error["message"]
     _assert_error(http.post(url, data=fields), 400, "image", "missing_required_parameter")
     _assert_error(http.post(url, json=fields), 415)
-    _assert_error(http.post(url, data={**fields, "mask": "x"}, files={
-        "image": ("a.png", _png(), "image/png"), "mask": ("m.png", _png(), "image/png")}),
-        400, "mask")
-    _assert_error(http.post(url, data={**fields, "n": "many"}, files={
-        "image": ("a.png", _png(), "image/png")}), 400, "n")
+    _assert_error(
+        http.post(
+            url,
+            data={**fields, "mask": "x"},
+            files={"image": ("a.png", _png(), "image/png"), "mask": ("m.png", _png(), "image/png")},
+        ),
+        400,
+        "mask",
+    )
+    _assert_error(
+        http.post(
+            url, data={**fields, "n": "many"}, files={"image": ("a.png", _png(), "image/png")}
+        ),
+        400,
+        "n",
+    )
     huge = b"x" * (live_server.state.config.max_body_bytes + 1)
     _assert_error(http.post(GEN, content=huge), 413)
 
 
 def test_serve_no_url_fetching_by_default(live_server, http) -> None:
     live_server.need("wan")
-    error = _assert_error(http.post("/v1/videos", json={
-        "model": "wan", "prompt": "x", "input_reference": "http://169.254.169.254/latest"}),
-        400, "input_reference", "url_fetch_disabled")
+    error = _assert_error(
+        http.post(
+            "/v1/videos",
+            json={
+                "model": "wan",
+                "prompt": "x",
+                "input_reference": "http://169.254.169.254/latest",
+            },
+        ),
+        400,
+        "input_reference",
+        "url_fetch_disabled",
+    )
     assert "--allowed-url-hosts" in error["message"]
-    _assert_error(http.post("/v1/videos", json={
-        "model": "wan", "prompt": "x", "input_reference": "file:///etc/passwd"}),
-        400, "input_reference")
-    _assert_error(http.post("/v1/videos", json={
-        "model": "wan", "prompt": "x", "input_reference": "data:image/png;base64,!!!"}),
-        400, "input_reference")
+    _assert_error(
+        http.post(
+            "/v1/videos",
+            json={"model": "wan", "prompt": "x", "input_reference": "file:///etc/passwd"},
+        ),
+        400,
+        "input_reference",
+    )
+    _assert_error(
+        http.post(
+            "/v1/videos",
+            json={"model": "wan", "prompt": "x", "input_reference": "data:image/png;base64,!!!"},
+        ),
+        400,
+        "input_reference",
+    )
 
 
 def test_serve_invalid_video_and_speech_requests(live_server, http) -> None:
@@ -138,8 +180,9 @@ def test_serve_invalid_video_and_speech_requests(live_server, http) -> None:
             ({"model": "wan", "seconds": "4"}, "prompt"),
         ):
             _assert_error(http.post("/v1/videos", json=body), 400, param)
-        _assert_error(http.post("/v1/videos", content=b"x", headers={"content-type":
-                                                                     "text/plain"}), 415)
+        _assert_error(
+            http.post("/v1/videos", content=b"x", headers={"content-type": "text/plain"}), 415
+        )
     if live_server.has("tts"):
         for body, param in (
             ({"model": "tts"}, "input"),
@@ -153,8 +196,9 @@ def test_serve_invalid_video_and_speech_requests(live_server, http) -> None:
             _assert_error(http.post("/v1/audio/speech", json=body), 400, param)
 
 
-def test_serve_failure_inside_one_request_fails_only_that_request(live_server, http,
-                                                                  monkeypatch) -> None:
+def test_serve_failure_inside_one_request_fails_only_that_request(
+    live_server, http, monkeypatch
+) -> None:
     """An out-of-memory error in step() fails the request with a clear message; others run."""
     live_server.need("qwen")
     import torch
@@ -169,8 +213,9 @@ def test_serve_failure_inside_one_request_fails_only_that_request(live_server, h
 
     monkeypatch.setattr(pipeline, "step", step)
     body = {"model": "qwen", "size": "32x32", "num_inference_steps": 2}
-    error = _assert_error(http.post(GEN, json={**body, "prompt": "explode"}), 500,
-                          code="generation_failed")
+    error = _assert_error(
+        http.post(GEN, json={**body, "prompt": "explode"}), 500, code="generation_failed"
+    )
     assert "out of device memory" in error["message"]
     assert error["type"] == "server_error"
     ok = http.post(GEN, json={**body, "prompt": "a calm lake"})

@@ -22,8 +22,12 @@ def _operations(live_server: Any) -> list[Any]:
     return [result.ok() for result in schema.get_all_operations()]
 
 
-_MODEL_OF = {"/v1/images/generations": "qwen", "/v1/images/edits": "qwen-edit",
-             "/v1/videos": "wan", "/v1/audio/speech": "tts"}
+_MODEL_OF = {
+    "/v1/images/generations": "qwen",
+    "/v1/images/edits": "qwen-edit",
+    "/v1/videos": "wan",
+    "/v1/audio/speech": "tts",
+}
 
 
 def _cheap(strategy: Any, mode: Any) -> Any:
@@ -37,8 +41,11 @@ def _cheap(strategy: Any, mode: Any) -> Any:
 
     def shrink(pair: tuple[Any, bool]) -> Any:
         case, small = pair
-        if small and isinstance(case.body, dict) and ("prompt" in case.body
-                                                      or "input" in case.body):
+        if (
+            small
+            and isinstance(case.body, dict)
+            and ("prompt" in case.body or "input" in case.body)
+        ):
             case.body["model"] = _MODEL_OF.get(case.path, case.body.get("model"))
         if small and isinstance(case.body, dict) and "prompt" in case.body:
             case.body["size"] = "32x32"
@@ -58,23 +65,36 @@ def test_serve_fuzz_openapi_no_server_errors(live_server, http) -> None:
     headers = {"Authorization": f"Bearer {live_server.api_key}"}
     operations = _operations(live_server)
     labels = {f"{op.method.upper()} {op.path}" for op in operations}
-    for expected in ("POST /v1/images/generations", "POST /v1/images/edits", "POST /v1/videos",
-                     "GET /v1/videos/{video_id}", "DELETE /v1/videos/{video_id}",
-                     "POST /v1/audio/speech", "GET /v1/models"):
+    for expected in (
+        "POST /v1/images/generations",
+        "POST /v1/images/edits",
+        "POST /v1/videos",
+        "GET /v1/videos/{video_id}",
+        "DELETE /v1/videos/{video_id}",
+        "POST /v1/audio/speech",
+        "GET /v1/models",
+    ):
         assert expected in labels, labels
     seen: dict[str, set[int]] = {}
+
     def fuzz(op: Any, mode: Any) -> None:
         label = f"{op.method.upper()} {op.path}"
 
-        @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-                  suppress_health_check=list(HealthCheck))
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        )
         @given(case=_cheap(op.as_strategy(generation_mode=mode), mode))
         def run(case: Any) -> None:
             response = case.call(base_url=live_server.url, headers=headers, timeout=120)
             seen.setdefault(label, set()).add(response.status_code)
             assert response.status_code < 500, (
                 f"{label} -> {response.status_code}: {response.text[:500]}\n"
-                f"{case.as_curl_command()}")
+                f"{case.as_curl_command()}"
+            )
             if response.status_code >= 400:
                 body = response.json()
                 assert set(body["error"]) == {"message", "type", "param", "code"}, body

@@ -31,14 +31,29 @@ def _free_port() -> int:
 
 
 def _start(wan: Path, state: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-c", "from omni_core.cli import main; main()", "serve",
-           f"wan={wan}", "--port", str(port), "--state-dir", str(state), "--max-batch", "1",
-           "--warmup-request", WARMUP, "--log-level", "warning"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from omni_core.cli import main; main()",
+        "serve",
+        f"wan={wan}",
+        "--port",
+        str(port),
+        "--state-dir",
+        str(state),
+        "--max-batch",
+        "1",
+        "--warmup-request",
+        WARMUP,
+        "--log-level",
+        "warning",
+    ]
     return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
-def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path,
-                  timeout: float = 240) -> list[dict[str, Any]]:
+def _wait_healthy(
+    proc: subprocess.Popen[bytes], url: str, log: Path, timeout: float = 240
+) -> list[dict[str, Any]]:
     """Wait for 200; returns the 503 bodies seen while the model was loading."""
     deadline = time.monotonic() + timeout
     loading: list[dict[str, Any]] = []
@@ -79,17 +94,21 @@ def test_serve_kill_restart_and_graceful_shutdown(checkpoints, tmp_path: Path) -
         # The port opens before the model is loaded and warmed: /health says so with a 503.
         assert loading and loading[0]["models"] == {"wan": "loading"}, loading
         with httpx.Client(base_url=url, timeout=60) as client:  # no API key configured: open
-            done = client.post("/v1/videos", json={**JOB, "prompt": "done",
-                                                   "num_inference_steps": 2}).json()
+            done = client.post(
+                "/v1/videos", json={**JOB, "prompt": "done", "num_inference_steps": 2}
+            ).json()
             _poll(client, done["id"], lambda j: j["status"] == "completed")
             mp4 = client.get(f"/v1/videos/{done['id']}/content").content
             assert mp4[4:8] == b"ftyp"
-            running = client.post("/v1/videos", json={**JOB, "prompt": "running",
-                                                      "num_inference_steps": 1000}).json()
-            queued = client.post("/v1/videos", json={**JOB, "prompt": "queued",
-                                                     "num_inference_steps": 2}).json()
-            _poll(client, running["id"], lambda j: j["status"] == "in_progress"
-                  and j["progress"] > 0)
+            running = client.post(
+                "/v1/videos", json={**JOB, "prompt": "running", "num_inference_steps": 1000}
+            ).json()
+            queued = client.post(
+                "/v1/videos", json={**JOB, "prompt": "queued", "num_inference_steps": 2}
+            ).json()
+            _poll(
+                client, running["id"], lambda j: j["status"] == "in_progress" and j["progress"] > 0
+            )
             assert client.get(f"/v1/videos/{queued['id']}").json()["status"] == "queued"
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -108,8 +127,9 @@ def test_serve_kill_restart_and_graceful_shutdown(checkpoints, tmp_path: Path) -
             _poll(client, queued["id"], lambda j: j["status"] == "completed")
 
             # SIGTERM: the running job is finished (grace period) before the process exits.
-            last = client.post("/v1/videos", json={**JOB, "prompt": "graceful",
-                                                   "num_inference_steps": 20}).json()
+            last = client.post(
+                "/v1/videos", json={**JOB, "prompt": "graceful", "num_inference_steps": 20}
+            ).json()
             _poll(client, last["id"], lambda j: j["status"] == "in_progress")
         proc.send_signal(signal.SIGTERM)
         # uvicorn shuts down gracefully, then re-raises the signal it caught (exit -15).

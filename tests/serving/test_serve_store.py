@@ -8,8 +8,15 @@ from omni_core.serving.persistence import JobStore
 
 
 def _job(store: JobStore, job_id: str) -> None:
-    store.create(job_id=job_id, model="m", prompt="p", size="32x32", seconds="1",
-                 request={"prompt": "p"}, input_path=None)
+    store.create(
+        job_id=job_id,
+        model="m",
+        prompt="p",
+        size="32x32",
+        seconds="1",
+        request={"prompt": "p"},
+        input_path=None,
+    )
 
 
 def test_serve_store_recovery_late_updates_and_paging(tmp_path: Path) -> None:

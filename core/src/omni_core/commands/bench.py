@@ -65,32 +65,63 @@ def _extra(value: str | None) -> dict[str, Any]:
 
 
 @click.command("serve")
-@click.option("--base-url", default="http://127.0.0.1:8000", show_default=True,
-              help="The server to load.")
+@click.option(
+    "--base-url", default="http://127.0.0.1:8000", show_default=True, help="The server to load."
+)
 @click.option("--task", type=click.Choice(["t2i", "i2i", "t2v", "tts"]), required=True)
 @click.option("--model", default=None, help="Model id (default: the first that fits --task).")
 @click.option("--num-prompts", default=32, show_default=True, type=click.IntRange(1, 1_000_000))
 @click.option("--max-concurrency", default=8, show_default=True, type=click.IntRange(1, 10_000))
-@click.option("--request-rate", default="inf", show_default=True,
-              help="Poisson arrival rate in requests/s; 'inf' sends all at once.")
+@click.option(
+    "--request-rate",
+    default="inf",
+    show_default=True,
+    help="Poisson arrival rate in requests/s; 'inf' sends all at once.",
+)
 @click.option("--warmup-requests", default=1, show_default=True, type=click.IntRange(0, 1000))
-@click.option("--slo-ms", default=None, type=click.FloatRange(min=0, min_open=True),
-              help="Latency objective: report the share of requests that met it.")
+@click.option(
+    "--slo-ms",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Latency objective: report the share of requests that met it.",
+)
 @click.option("--size", default=None, help="WxH for image and video tasks.")
 @click.option("--steps", default=None, type=click.IntRange(1, 1000), help="Denoising steps.")
 @click.option("--num-frames", default=None, type=click.IntRange(1, 1024), help="Video frames.")
 @click.option("--extra", default=None, help="JSON object of extra request fields.")
 @click.option("--api-key", envvar="OMNI_API_KEY", default=None, help="[env: OMNI_API_KEY]")
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the summary and every request as JSON.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Write a PNG plot (needs matplotlib).")
-def bench_serve(base_url: str, task: str, model: str | None, num_prompts: int,
-                max_concurrency: int, request_rate: str, warmup_requests: int,
-                slo_ms: float | None, size: str | None, steps: int | None,
-                num_frames: int | None, extra: str | None, api_key: str | None, seed: int,
-                output: Path | None, plot_path: Path | None) -> None:
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the summary and every request as JSON.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write a PNG plot (needs matplotlib).",
+)
+def bench_serve(
+    base_url: str,
+    task: str,
+    model: str | None,
+    num_prompts: int,
+    max_concurrency: int,
+    request_rate: str,
+    warmup_requests: int,
+    slo_ms: float | None,
+    size: str | None,
+    steps: int | None,
+    num_frames: int | None,
+    extra: str | None,
+    api_key: str | None,
+    seed: int,
+    output: Path | None,
+    plot_path: Path | None,
+) -> None:
     """Load-test a running omni server and report throughput and latency."""
     import asyncio
 
@@ -104,10 +135,21 @@ def bench_serve(base_url: str, task: str, model: str | None, num_prompts: int,
         except ImportError:
             raise ConfigError("--plot needs matplotlib: pip install 'omni-core[bench]'") from None
     config = BenchConfig(
-        base_url=base_url, task=task, num_prompts=num_prompts,  # type: ignore[arg-type]
-        max_concurrency=max_concurrency, request_rate=rate, warmup_requests=warmup_requests,
-        slo_ms=slo_ms, model=model, api_key=api_key, size=size, steps=steps,
-        num_frames=num_frames, extra=_extra(extra), seed=seed)
+        base_url=base_url,
+        task=task,
+        num_prompts=num_prompts,  # type: ignore[arg-type]
+        max_concurrency=max_concurrency,
+        request_rate=rate,
+        warmup_requests=warmup_requests,
+        slo_ms=slo_ms,
+        model=model,
+        api_key=api_key,
+        size=size,
+        steps=steps,
+        num_frames=num_frames,
+        extra=_extra(extra),
+        seed=seed,
+    )
     try:
         summary = asyncio.run(BenchRunner(config).run())
     except (OSError, RuntimeError) as exc:

@@ -12,8 +12,9 @@ import click
 def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, str]]:
     """MODEL arguments (optionally ``ID=PATH``) and ``--name`` aliases -> (id, path) pairs."""
     if len(names) > len(models):
-        raise click.BadParameter(f"{len(names)} --name values for {len(models)} models",
-                                 param_hint="--name")
+        raise click.BadParameter(
+            f"{len(names)} --name values for {len(models)} models", param_hint="--name"
+        )
     out: list[dict[str, str]] = []
     for i, model in enumerate(models):
         model_id, sep, path = model.partition("=")
@@ -25,8 +26,10 @@ def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, s
     ids = [m["id"] for m in out]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
-        raise click.BadParameter(f"model ids must be unique, repeated: {', '.join(duplicates)} "
-                                 "(use --name to alias)", param_hint="MODEL")
+        raise click.BadParameter(
+            f"model ids must be unique, repeated: {', '.join(duplicates)} (use --name to alias)",
+            param_hint="MODEL",
+        )
     return out
 
 
@@ -42,50 +45,131 @@ def _preflight(config: object) -> None:
 
 @click.command("serve")
 @click.argument("models", nargs=-1, required=True)
-@click.option("--name", "names", multiple=True,
-              help="Public id of the MODEL at the same position (repeatable); default: MODEL.")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Interface to bind. The default accepts local clients only.")
+@click.option(
+    "--name",
+    "names",
+    multiple=True,
+    help="Public id of the MODEL at the same position (repeatable); default: MODEL.",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Interface to bind. The default accepts local clients only.",
+)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--api-key", envvar="OMNI_API_KEY", default=None,
-              help="Require 'Authorization: Bearer KEY' on every /v1 route [env: OMNI_API_KEY].")
-@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where video jobs and outputs persist [default: ~/.local/state/omni/serve].")
-@click.option("--max-batch", default=4, show_default=True, type=click.IntRange(1, 256),
-              help="Most requests stepped together; 1 turns step-level batching off.")
-@click.option("--max-queue", default=64, show_default=True, type=click.IntRange(1, 100000),
-              help="Queued requests per model before new ones get 429.")
-@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds a request may take (queue included) before it fails.")
+@click.option(
+    "--api-key",
+    envvar="OMNI_API_KEY",
+    default=None,
+    help="Require 'Authorization: Bearer KEY' on every /v1 route [env: OMNI_API_KEY].",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where video jobs and outputs persist [default: ~/.local/state/omni/serve].",
+)
+@click.option(
+    "--max-batch",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Most requests stepped together; 1 turns step-level batching off.",
+)
+@click.option(
+    "--max-queue",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1, 100000),
+    help="Queued requests per model before new ones get 429.",
+)
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds a request may take (queue included) before it fails.",
+)
 @click.option("--device", default=None, help="torch device, e.g. cuda:0 (default: platform's).")
 @click.option("--dtype", default=None, help="bfloat16 | float16 | float32.")
 @click.option("--attention-backend", default=None, help="Attention backend for every role.")
-@click.option("--option", "-o", "load_options", multiple=True, metavar="KEY=VALUE",
-              help="Loading option for every model, passed to Omni(...): e.g. cache=teacache, "
-              "quantization=fp8, cfg_batch=true (VALUE is JSON when it parses, else a string).")
-@click.option("--max-upload-mb", default=20.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True), help="Largest accepted upload.")
-@click.option("--allowed-url-hosts", default="", show_default=False,
-              help="Comma-separated hosts the server may fetch image URLs from (default: none).")
-@click.option("--max-steps", type=click.IntRange(1), default=None,
-              help="Reject requests with more denoising steps (400).")
-@click.option("--max-pixels", type=click.IntRange(1), default=None,
-              help="Reject images/videos larger than this many pixels per frame (400).")
-@click.option("--max-frames", type=click.IntRange(1), default=None,
-              help="Reject videos with more frames (400).")
+@click.option(
+    "--option",
+    "-o",
+    "load_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Loading option for every model, passed to Omni(...): e.g. cache=teacache, "
+    "quantization=fp8, cfg_batch=true (VALUE is JSON when it parses, else a string).",
+)
+@click.option(
+    "--max-upload-mb",
+    default=20.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Largest accepted upload.",
+)
+@click.option(
+    "--allowed-url-hosts",
+    default="",
+    show_default=False,
+    help="Comma-separated hosts the server may fetch image URLs from (default: none).",
+)
+@click.option(
+    "--max-steps",
+    type=click.IntRange(1),
+    default=None,
+    help="Reject requests with more denoising steps (400).",
+)
+@click.option(
+    "--max-pixels",
+    type=click.IntRange(1),
+    default=None,
+    help="Reject images/videos larger than this many pixels per frame (400).",
+)
+@click.option(
+    "--max-frames",
+    type=click.IntRange(1),
+    default=None,
+    help="Reject videos with more frames (400).",
+)
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up request of each model.")
-@click.option("--warmup-request", default=None, metavar="JSON",
-              help='Shared fields of the warm-up request of image/video models, e.g. '
-              '\'{"width": 256, "height": 256, "num_frames": 5}\'.')
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def serve(models: tuple[str, ...], names: tuple[str, ...], host: str, port: int,
-          api_key: str | None, state_dir: Path | None, max_batch: int, max_queue: int,
-          request_timeout: float | None, device: str | None, dtype: str | None,
-          attention_backend: str | None, load_options: tuple[str, ...], max_upload_mb: float,
-          allowed_url_hosts: str,
-          max_steps: int | None, max_pixels: int | None, max_frames: int | None,
-          no_warmup: bool, warmup_request: str | None, log_level: str) -> None:
+@click.option(
+    "--warmup-request",
+    default=None,
+    metavar="JSON",
+    help="Shared fields of the warm-up request of image/video models, e.g. "
+    '\'{"width": 256, "height": 256, "num_frames": 5}\'.',
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+)
+def serve(
+    models: tuple[str, ...],
+    names: tuple[str, ...],
+    host: str,
+    port: int,
+    api_key: str | None,
+    state_dir: Path | None,
+    max_batch: int,
+    max_queue: int,
+    request_timeout: float | None,
+    device: str | None,
+    dtype: str | None,
+    attention_backend: str | None,
+    load_options: tuple[str, ...],
+    max_upload_mb: float,
+    allowed_url_hosts: str,
+    max_steps: int | None,
+    max_pixels: int | None,
+    max_frames: int | None,
+    no_warmup: bool,
+    warmup_request: str | None,
+    log_level: str,
+) -> None:
     """Serve MODEL(s) over an OpenAI-compatible HTTP API.
 
     Each MODEL is a local checkpoint folder or a Hugging Face Hub id, addressed in requests by
@@ -118,26 +202,50 @@ def serve(models: tuple[str, ...], names: tuple[str, ...], host: str, port: int,
             options[key.strip()] = raw
     hosts = tuple(h.strip() for h in allowed_url_hosts.split(",") if h.strip())
     if host not in ("127.0.0.1", "localhost", "::1") and not api_key:
-        click.echo(f"Warning: serving on {host} without an API key: anyone who can reach this "
-                   "port can use it (set --api-key or OMNI_API_KEY).", err=True)
+        click.echo(
+            f"Warning: serving on {host} without an API key: anyone who can reach this "
+            "port can use it (set --api-key or OMNI_API_KEY).",
+            err=True,
+        )
     try:
         config = ServerConfig(
-            models=_models(models, names), host=host, port=port, api_key=api_key or None,
-            max_batch=max_batch, max_queue=max_queue, request_timeout_s=request_timeout,
-            device=device, dtype=dtype, attention_backend=attention_backend,
-            max_upload_mb=max_upload_mb, allowed_url_hosts=hosts, warmup=not no_warmup,
-            warmup_request=warmup_fields, max_steps=max_steps, max_pixels=max_pixels,
-            max_frames=max_frames, options=options,
+            models=_models(models, names),
+            host=host,
+            port=port,
+            api_key=api_key or None,
+            max_batch=max_batch,
+            max_queue=max_queue,
+            request_timeout_s=request_timeout,
+            device=device,
+            dtype=dtype,
+            attention_backend=attention_backend,
+            max_upload_mb=max_upload_mb,
+            allowed_url_hosts=hosts,
+            warmup=not no_warmup,
+            warmup_request=warmup_fields,
+            max_steps=max_steps,
+            max_pixels=max_pixels,
+            max_frames=max_frames,
+            options=options,
             **({"state_dir": state_dir} if state_dir is not None else {}),
         )
     except ValueError as exc:  # pydantic's ValidationError
         raise ConfigError(str(exc)) from None
     _preflight(config)
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     app = create_app(config)
-    click.echo(f"omni: serving {', '.join(m.id for m in config.models)} on "
-               f"http://{host}:{port} (state: {config.state_dir})", err=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=
-                int(config.shutdown_grace_s) + 5)
+    click.echo(
+        f"omni: serving {', '.join(m.id for m in config.models)} on "
+        f"http://{host}:{port} (state: {config.state_dir})",
+        err=True,
+    )
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=int(config.shutdown_grace_s) + 5,
+    )

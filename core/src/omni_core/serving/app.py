@@ -58,9 +58,25 @@ from omni_core.serving.schemas import (
 log = logging.getLogger("omni.serving")
 
 #: GenerationRequest fields: an endpoint maps the ones it supports; others are not extras.
-_SHARED = frozenset({"prompt", "negative_prompt", "height", "width", "num_frames",
-                     "num_inference_steps", "guidance_scale", "seed", "num_outputs", "images",
-                     "voice", "speed", "sample_rate", "extras", "request_id"})
+_SHARED = frozenset(
+    {
+        "prompt",
+        "negative_prompt",
+        "height",
+        "width",
+        "num_frames",
+        "num_inference_steps",
+        "guidance_scale",
+        "seed",
+        "num_outputs",
+        "images",
+        "voice",
+        "speed",
+        "sample_rate",
+        "extras",
+        "request_id",
+    }
+)
 
 Modality = Literal["image", "video", "speech"]
 
@@ -167,8 +183,9 @@ class ServerState:
         self.store = JobStore(self.config.state_dir)
         failed, _ = self.store.recover()
         for record in failed:
-            log.warning("video job %s was running when the server stopped: marked failed",
-                        record.id)
+            log.warning(
+                "video job %s was running when the server stopped: marked failed", record.id
+            )
         self.loader = threading.Thread(target=self._load_all, name="omni-loader", daemon=True)
         self.loader.start()
 
@@ -191,29 +208,37 @@ class ServerState:
             options: dict[str, Any] = dict(self.config.options)
             if self.config.attention_backend:
                 options["attention"] = self.config.attention_backend
-            omni = Omni(served.source.path, pipeline=served.source.pipeline,
-                        device=self.config.device, dtype=self.config.dtype, **options)
+            omni = Omni(
+                served.source.path,
+                pipeline=served.source.pipeline,
+                device=self.config.device,
+                dtype=self.config.dtype,
+                **options,
+            )
         served.omni = omni
         served.modality = omni.spec.modality
         served.tasks = tuple(omni.spec.tasks)
-        engine = Engine(omni.pipeline, name=served.id, max_batch=self.config.max_batch,
-                        max_queue=self.config.max_queue,
-                        request_timeout_s=self.config.request_timeout_s, observer=self.metrics)
+        engine = Engine(
+            omni.pipeline,
+            name=served.id,
+            max_batch=self.config.max_batch,
+            max_queue=self.config.max_queue,
+            request_timeout_s=self.config.request_timeout_s,
+            observer=self.metrics,
+        )
         served.engine = engine.start()
         if self.config.warmup:
             try:
-                engine.run(warmup_request(omni.pipeline, self._warmup_fields(served)),
-                           timeout=3600)
+                engine.run(warmup_request(omni.pipeline, self._warmup_fields(served)), timeout=3600)
             except Exception as exc:
                 engine.stop(drain=False, timeout=5)
                 raise RuntimeError(
                     f"the warm-up request failed ({exc}); choose a size that fits with "
-                    "--warmup-request '{\"width\": W, \"height\": H}' or pass --no-warmup"
+                    '--warmup-request \'{"width": W, "height": H}\' or pass --no-warmup'
                 ) from exc
         served.status = "ready"
         self.metrics.ready.labels(served.id).set(1)
-        log.info("model %s ready (%s, %.1f s)", served.id, omni.spec.name,
-                 time.perf_counter() - t0)
+        log.info("model %s ready (%s, %.1f s)", served.id, omni.spec.name, time.perf_counter() - t0)
 
     def _warmup_fields(self, served: ServedModel) -> dict[str, Any]:
         """The configured warm-up fields that apply to this model (frames only for video; an
@@ -236,8 +261,11 @@ class ServerState:
                 continue
             served = self.models.get(record.model)
             if served is None or served.status != "ready":
-                self._job_failed(record.id, "model_unavailable",
-                                 f"model {record.model!r} is not served by this server any more")
+                self._job_failed(
+                    record.id,
+                    "model_unavailable",
+                    f"model {record.model!r} is not served by this server any more",
+                )
                 continue
             try:
                 request = self._rebuild_video_request(served, record)
@@ -256,9 +284,12 @@ class ServerState:
         """Finish what runs within the grace period; queued video jobs stay queued on disk."""
         self.stopping = True
         stoppers = [
-            threading.Thread(target=served.engine.stop,
-                             kwargs={"drain": False, "timeout": self.config.shutdown_grace_s})
-            for served in self.models.values() if served.engine is not None
+            threading.Thread(
+                target=served.engine.stop,
+                kwargs={"drain": False, "timeout": self.config.shutdown_grace_s},
+            )
+            for served in self.models.values()
+            if served.engine is not None
         ]
         for thread in stoppers:  # every model gets the whole grace period, in parallel
             thread.start()
@@ -273,32 +304,58 @@ class ServerState:
     def pick(self, model: str | None, modality: Modality, task: str | None = None) -> ServedModel:
         """The served model a request names (or the only one of this modality)."""
         if model is None:
-            candidates = [m for m in self.models.values()
-                          if m.modality == modality or m.status == "loading"]
+            candidates = [
+                m for m in self.models.values() if m.modality == modality or m.status == "loading"
+            ]
             if len(candidates) != 1:
-                raise APIError(400, "missing required parameter: model (this server serves "
-                               f"{', '.join(self.models)})", param="model",
-                               code="missing_required_parameter")
+                raise APIError(
+                    400,
+                    "missing required parameter: model (this server serves "
+                    f"{', '.join(self.models)})",
+                    param="model",
+                    code="missing_required_parameter",
+                )
             served = candidates[0]
         else:
             found = self.models.get(model)
             if found is None:
-                raise APIError(404, f"the model {model!r} does not exist on this server; serving: "
-                               f"{', '.join(self.models)}", param="model", code="model_not_found")
+                raise APIError(
+                    404,
+                    f"the model {model!r} does not exist on this server; serving: "
+                    f"{', '.join(self.models)}",
+                    param="model",
+                    code="model_not_found",
+                )
             served = found
         if served.status == "loading":
-            raise APIError(503, f"model {served.id!r} is still loading", type="server_error",
-                           code="model_loading", headers={"Retry-After": "5"})
+            raise APIError(
+                503,
+                f"model {served.id!r} is still loading",
+                type="server_error",
+                code="model_loading",
+                headers={"Retry-After": "5"},
+            )
         if served.status == "failed":
-            raise APIError(503, f"model {served.id!r} failed to load: {served.error}",
-                           type="server_error", code="model_unavailable")
+            raise APIError(
+                503,
+                f"model {served.id!r} failed to load: {served.error}",
+                type="server_error",
+                code="model_unavailable",
+            )
         if served.modality != modality:
-            raise APIError(400, f"model {served.id!r} produces {served.modality}, not {modality}",
-                           param="model", code="model_not_supported")
+            raise APIError(
+                400,
+                f"model {served.id!r} produces {served.modality}, not {modality}",
+                param="model",
+                code="model_not_supported",
+            )
         if task is not None and task not in served.tasks:
-            raise APIError(400, f"model {served.id!r} does not support {task} (tasks: "
-                           f"{', '.join(served.tasks)})", param="model",
-                           code="model_not_supported")
+            raise APIError(
+                400,
+                f"model {served.id!r} does not support {task} (tasks: {', '.join(served.tasks)})",
+                param="model",
+                code="model_not_supported",
+            )
         return served
 
     def build_request(self, served: ServedModel, **kwargs: Any) -> Any:
@@ -307,8 +364,9 @@ class ServerState:
         extras = kwargs.pop("extras", None) or {}
         for name in extras:
             if name in _SHARED or name in kwargs:
-                raise APIError(400, f"unknown parameter: {name}", param=name,
-                               code="unknown_parameter")
+                raise APIError(
+                    400, f"unknown parameter: {name}", param=name, code="unknown_parameter"
+                )
         try:
             request = served.omni.request(**kwargs, **extras)
         except InvalidRequestError as exc:
@@ -322,17 +380,23 @@ class ServerState:
         c = self.config
         steps = request.num_inference_steps
         if c.max_steps is not None and steps is not None and steps > c.max_steps:
-            raise invalid(f"num_inference_steps: {steps} is above this server's limit of "
-                          f"{c.max_steps}", "num_inference_steps")
+            raise invalid(
+                f"num_inference_steps: {steps} is above this server's limit of {c.max_steps}",
+                "num_inference_steps",
+            )
         if c.max_pixels is not None and request.width and request.height:
             pixels = request.width * request.height
             if pixels > c.max_pixels:
-                raise invalid(f"size: {request.width}x{request.height} is above this server's "
-                              f"limit of {c.max_pixels} pixels", "size")
+                raise invalid(
+                    f"size: {request.width}x{request.height} is above this server's "
+                    f"limit of {c.max_pixels} pixels",
+                    "size",
+                )
         frames = request.num_frames
         if c.max_frames is not None and frames is not None and frames > c.max_frames:
-            raise invalid(f"num_frames: {frames} is above this server's limit of "
-                          f"{c.max_frames}", "num_frames")
+            raise invalid(
+                f"num_frames: {frames} is above this server's limit of {c.max_frames}", "num_frames"
+            )
 
     def submit(self, served: ServedModel, job: Job) -> Job:
         if self.stopping:
@@ -422,15 +486,19 @@ def _state(request: Request) -> ServerState:
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise APIError(413, f"request body of {declared} bytes exceeds the limit of {limit}",
-                       code="request_too_large")
+        raise APIError(
+            413,
+            f"request body of {declared} bytes exceeds the limit of {limit}",
+            code="request_too_large",
+        )
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise APIError(413, f"request body exceeds the limit of {limit} bytes",
-                           code="request_too_large")
+            raise APIError(
+                413, f"request body exceeds the limit of {limit} bytes", code="request_too_large"
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -450,16 +518,25 @@ async def _read_form(request: Request, state: ServerState) -> FormData:
     declared = request.headers.get("content-length")
     limit = state.config.max_body_bytes
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise APIError(413, f"request body of {declared} bytes exceeds the limit of {limit}",
-                       code="request_too_large")
+        raise APIError(
+            413,
+            f"request body of {declared} bytes exceeds the limit of {limit}",
+            code="request_too_large",
+        )
     try:
-        return await request.form(max_files=state.config.max_images, max_fields=200,
-                                  max_part_size=state.config.max_upload_bytes)
+        return await request.form(
+            max_files=state.config.max_images,
+            max_fields=200,
+            max_part_size=state.config.max_upload_bytes,
+        )
     except MultiPartException as exc:
         message = str(exc.message if hasattr(exc, "message") else exc)
         status = 413 if "exceed" in message.lower() or "too" in message.lower() else 400
-        raise APIError(status, f"invalid multipart body: {message}",
-                       code="request_too_large" if status == 413 else "invalid_multipart") from None
+        raise APIError(
+            status,
+            f"invalid multipart body: {message}",
+            code="request_too_large" if status == 413 else "invalid_multipart",
+        ) from None
     except (AssertionError, ValueError, UnicodeDecodeError) as exc:
         raise APIError(400, f"invalid multipart body: {exc}", code="invalid_multipart") from None
 
@@ -468,8 +545,12 @@ async def _upload_bytes(upload: UploadFile, param: str, state: ServerState) -> b
     limit = state.config.max_upload_bytes
     data = await upload.read(limit + 1)
     if len(data) > limit:
-        raise APIError(413, f"{param}: file larger than {state.config.max_upload_mb:g} MB",
-                       param=param, code="file_too_large")
+        raise APIError(
+            413,
+            f"{param}: file larger than {state.config.max_upload_mb:g} MB",
+            param=param,
+            code="file_too_large",
+        )
     return data
 
 
@@ -491,8 +572,9 @@ def _validate(model: type[BaseModel], data: dict[str, Any]) -> Any:
         raise from_validation_error(exc) from None
 
 
-async def _await_job(state: ServerState, served: ServedModel, job: Job,
-                     request: Request | None = None) -> Any:
+async def _await_job(
+    state: ServerState, served: ServedModel, job: Job, request: Request | None = None
+) -> Any:
     """Wait for a job; a client that disconnects first cancels it (at the next step)."""
     future = asyncio.wrap_future(job.future)
     watcher = asyncio.ensure_future(_disconnected(request)) if request is not None else None
@@ -559,8 +641,12 @@ def create_app(config: ServerConfig, *, preloaded: dict[str, Any] | None = None)
         finally:
             await asyncio.to_thread(state.shutdown)
 
-    app = FastAPI(title="omni", version=_version(), lifespan=lifespan,
-                  description="OpenAI-compatible image, video and speech generation.")
+    app = FastAPI(
+        title="omni",
+        version=_version(),
+        lifespan=lifespan,
+        description="OpenAI-compatible image, video and speech generation.",
+    )
     app.state.omni = state
     _install_handlers(app)
     app.add_middleware(_MetricsMiddleware, metrics=state.metrics)
@@ -571,11 +657,16 @@ def create_app(config: ServerConfig, *, preloaded: dict[str, Any] | None = None)
             return
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(),
-                                                                 key.encode()):
-            raise APIError(401, "missing or invalid API key: send 'Authorization: Bearer KEY'",
-                           type="authentication_error", code="invalid_api_key",
-                           headers={"WWW-Authenticate": "Bearer"})
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), key.encode()
+        ):
+            raise APIError(
+                401,
+                "missing or invalid API key: send 'Authorization: Bearer KEY'",
+                type="authentication_error",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_key)])
     _image_routes(v1, state)
@@ -590,8 +681,12 @@ def create_app(config: ServerConfig, *, preloaded: dict[str, Any] | None = None)
     async def get_model(model_id: str) -> dict[str, Any]:
         served = state.models.get(model_id)
         if served is None:
-            raise APIError(404, f"the model {model_id!r} does not exist on this server",
-                           param="model", code="model_not_found")
+            raise APIError(
+                404,
+                f"the model {model_id!r} does not exist on this server",
+                param="model",
+                code="model_not_found",
+            )
         return served.describe()
 
     app.include_router(v1)
@@ -604,8 +699,9 @@ def create_app(config: ServerConfig, *, preloaded: dict[str, Any] | None = None)
         errors = {m.id: m.error for m in state.models.values() if m.error}
         if errors:
             body["errors"] = errors
-        return JSONResponse(body, status_code=200 if ready else 503,
-                            headers={} if ready else {"Retry-After": "5"})
+        return JSONResponse(
+            body, status_code=200 if ready else 503, headers={} if ready else {"Retry-After": "5"}
+        )
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics() -> Response:
@@ -626,8 +722,14 @@ def _json_schema(model: type[BaseModel]) -> dict[str, Any]:
     return model.model_json_schema(ref_template="#/components/schemas/{model}")
 
 
-def _body_spec(model: type[BaseModel], *, multipart: bool, json_body: bool,
-               files: dict[str, bool], model_ids: list[str]) -> dict[str, Any]:
+def _body_spec(
+    model: type[BaseModel],
+    *,
+    multipart: bool,
+    json_body: bool,
+    files: dict[str, bool],
+    model_ids: list[str],
+) -> dict[str, Any]:
     """OpenAPI requestBody for routes that parse their body by hand (JSON and/or multipart).
 
     ``model`` is documented as the enum of the served ids, so clients (and fuzzers) see them.
@@ -636,13 +738,19 @@ def _body_spec(model: type[BaseModel], *, multipart: bool, json_body: bool,
     schema = model.model_json_schema()
     schema.pop("$defs", None)
     if "model" in schema.get("properties", {}):
-        schema["properties"]["model"] = {"type": "string", "enum": list(model_ids),
-                                         "description": "A model id from /v1/models."}
+        schema["properties"]["model"] = {
+            "type": "string",
+            "enum": list(model_ids),
+            "description": "A model id from /v1/models.",
+        }
     if json_body:
         content["application/json"] = {"schema": schema}
     if multipart:
-        props = {k: v for k, v in schema.get("properties", {}).items()
-                 if k not in files and "anyOf" not in v}
+        props = {
+            k: v
+            for k, v in schema.get("properties", {}).items()
+            if k not in files and "anyOf" not in v
+        }
         for name in schema.get("properties", {}):
             if name not in files and name not in props:
                 props[name] = {"type": "string"}
@@ -652,7 +760,8 @@ def _body_spec(model: type[BaseModel], *, multipart: bool, json_body: bool,
         required = [r for r in schema.get("required", []) if r in props]
         required += [n for n, many in files.items() if many]
         content["multipart/form-data"] = {
-            "schema": {"type": "object", "properties": props, "required": required}}
+            "schema": {"type": "object", "properties": props, "required": required}
+        }
     return {"requestBody": {"required": True, "content": content}}
 
 
@@ -660,8 +769,9 @@ def _body_spec(model: type[BaseModel], *, multipart: bool, json_body: bool,
 
 
 def _image_routes(router: APIRouter, state: ServerState) -> None:
-    async def respond(served: ServedModel, body: Any, job: Job,
-                      http_request: Request) -> dict[str, Any]:
+    async def respond(
+        served: ServedModel, body: Any, job: Job, http_request: Request
+    ) -> dict[str, Any]:
         result = await _await_job(state, served, job, http_request)
         images = list(result.images or [])
         fmt = body.output_format
@@ -675,41 +785,75 @@ def _image_routes(router: APIRouter, state: ServerState) -> None:
                 data.append({"url": f"/v1/images/files/{name}"})
             else:
                 data.append({"b64_json": media.b64(blob)})
-        return {"created": int(time.time()), "data": data, "output_format": fmt,
-                "usage": {"steps": int(result.timings.get("steps", 0))}}
+        return {
+            "created": int(time.time()),
+            "data": data,
+            "output_format": fmt,
+            "usage": {"steps": int(result.timings.get("steps", 0))},
+        }
 
-    @router.post("/images/generations", summary="Create images from a prompt",
-                 openapi_extra=_body_spec(ImageGenerationBody, multipart=False, json_body=True,
-                                          files={}, model_ids=list(state.models)))
+    @router.post(
+        "/images/generations",
+        summary="Create images from a prompt",
+        openapi_extra=_body_spec(
+            ImageGenerationBody,
+            multipart=False,
+            json_body=True,
+            files={},
+            model_ids=list(state.models),
+        ),
+    )
     async def generations(request: Request) -> dict[str, Any]:
         body = _validate(ImageGenerationBody, await _read_json(request, state))
         served = state.pick(body.model, "image")
         kwargs = _diffusion_kwargs(body)
-        gen = state.build_request(served, num_outputs=body.n, request_id=_request_id(request),
-                                  **kwargs)
+        gen = state.build_request(
+            served, num_outputs=body.n, request_id=_request_id(request), **kwargs
+        )
         job = state.submit(served, Job(gen))
         return await respond(served, body, job, request)
 
-    @router.post("/images/edits", summary="Edit one or more images given a prompt",
-                 openapi_extra=_body_spec(ImageEditBody, multipart=True, json_body=False,
-                                          files={"image": True}, model_ids=list(state.models)))
+    @router.post(
+        "/images/edits",
+        summary="Edit one or more images given a prompt",
+        openapi_extra=_body_spec(
+            ImageEditBody,
+            multipart=True,
+            json_body=False,
+            files={"image": True},
+            model_ids=list(state.models),
+        ),
+    )
     async def edits(request: Request) -> dict[str, Any]:
         ctype = request.headers.get("content-type", "")
         if not ctype.startswith(_FORM_TYPES):
-            raise APIError(415, "images/edits takes multipart/form-data with 'image' files",
-                           code="unsupported_media_type")
+            raise APIError(
+                415,
+                "images/edits takes multipart/form-data with 'image' files",
+                code="unsupported_media_type",
+            )
         form = await _read_form(request, state)
         try:
-            uploads = [v for k, v in form.multi_items()
-                       if k in ("image", "image[]") and isinstance(v, UploadFile)]
+            uploads = [
+                v
+                for k, v in form.multi_items()
+                if k in ("image", "image[]") and isinstance(v, UploadFile)
+            ]
             if any(isinstance(v, UploadFile) for k, v in form.multi_items() if k == "mask"):
-                raise invalid("mask: masks are not supported; describe the edit in the prompt",
-                              "mask", code="unsupported_parameter")
+                raise invalid(
+                    "mask: masks are not supported; describe the edit in the prompt",
+                    "mask",
+                    code="unsupported_parameter",
+                )
             fields = _form_fields(form, {"image", "image[]", "mask"})
             body = _validate(ImageEditBody, fields)
             if not uploads:
-                raise APIError(400, "missing required parameter: image (one or more files)",
-                               param="image", code="missing_required_parameter")
+                raise APIError(
+                    400,
+                    "missing required parameter: image (one or more files)",
+                    param="image",
+                    code="missing_required_parameter",
+                )
             served = state.pick(body.model, "image", task="i2i")
             images = []
             for i, upload in enumerate(uploads):
@@ -719,8 +863,9 @@ def _image_routes(router: APIRouter, state: ServerState) -> None:
         finally:
             await form.close()
         kwargs = _diffusion_kwargs(body)
-        gen = state.build_request(served, num_outputs=body.n, images=images,
-                                  request_id=_request_id(request), **kwargs)
+        gen = state.build_request(
+            served, num_outputs=body.n, images=images, request_id=_request_id(request), **kwargs
+        )
         job = state.submit(served, Job(gen))
         return await respond(served, body, job, request)
 
@@ -743,14 +888,22 @@ def _video_routes(router: APIRouter, state: ServerState) -> None:
         assert state.store is not None
         record = state.store.get(video_id)
         if record is None:
-            raise APIError(404, f"no video job {video_id!r}", param="video_id",
-                           code="video_not_found")
+            raise APIError(
+                404, f"no video job {video_id!r}", param="video_id", code="video_not_found"
+            )
         return record
 
-    @router.post("/videos", summary="Create a video job",
-                 openapi_extra=_body_spec(VideoBody, multipart=True, json_body=True,
-                                          files={"input_reference": False},
-                                          model_ids=list(state.models)))
+    @router.post(
+        "/videos",
+        summary="Create a video job",
+        openapi_extra=_body_spec(
+            VideoBody,
+            multipart=True,
+            json_body=True,
+            files={"input_reference": False},
+            model_ids=list(state.models),
+        ),
+    )
     async def create_video(request: Request) -> dict[str, Any]:
         ctype = request.headers.get("content-type", "")
         image_bytes: bytes | None = None
@@ -770,15 +923,20 @@ def _video_routes(router: APIRouter, state: ServerState) -> None:
             if isinstance(ref, dict):
                 ref = ref.get("image_url")
                 if not isinstance(ref, str):
-                    raise invalid("input_reference: expected {'image_url': URL}",
-                                  "input_reference")
+                    raise invalid("input_reference: expected {'image_url': URL}", "input_reference")
             if isinstance(ref, str):
                 image_bytes = await media.fetch_url(
-                    ref, param="input_reference", allowed_hosts=state.allowed_hosts,
-                    max_bytes=state.config.max_upload_bytes)
+                    ref,
+                    param="input_reference",
+                    allowed_hosts=state.allowed_hosts,
+                    max_bytes=state.config.max_upload_bytes,
+                )
         else:
-            raise APIError(415, "POST /v1/videos takes application/json or multipart/form-data",
-                           code="unsupported_media_type")
+            raise APIError(
+                415,
+                "POST /v1/videos takes application/json or multipart/form-data",
+                code="unsupported_media_type",
+            )
         served = state.pick(body.model, "video")
         kwargs = _diffusion_kwargs(body)
         if body.num_frames is not None:
@@ -794,8 +952,9 @@ def _video_routes(router: APIRouter, state: ServerState) -> None:
             kwargs["num_frames"] = round(seconds * fps) + 1
         images = []
         if image_bytes is not None:
-            images.append(await asyncio.to_thread(media.decode_image, image_bytes,
-                                                  "input_reference"))
+            images.append(
+                await asyncio.to_thread(media.decode_image, image_bytes, "input_reference")
+            )
         job_id = f"video_{uuid.uuid4().hex}"
         request.state.request_id = job_id
         gen = state.build_request(served, images=images, request_id=job_id, **kwargs)
@@ -808,8 +967,15 @@ def _video_routes(router: APIRouter, state: ServerState) -> None:
         fps = int(getattr(served.omni.pipeline, "default_fps", 16) or 16)
         seconds_text = body.seconds or (f"{(frames - 1) / fps:g}" if frames else "")
         size_text = f"{gen.width}x{gen.height}" if gen.width and gen.height else (body.size or "")
-        state.store.create(job_id=job_id, model=served.id, prompt=body.prompt, size=size_text,
-                           seconds=seconds_text, request=kwargs, input_path=input_path)
+        state.store.create(
+            job_id=job_id,
+            model=served.id,
+            prompt=body.prompt,
+            size=size_text,
+            seconds=seconds_text,
+            request=kwargs,
+            input_path=input_path,
+        )
         try:
             state._submit_video(served, job_id, gen)
         except APIError:
@@ -821,35 +987,52 @@ def _video_routes(router: APIRouter, state: ServerState) -> None:
         return record.as_api()
 
     @router.get("/videos", summary="List video jobs")
-    async def list_videos(limit: int = Query(20, ge=1, le=100),
-                          order: Literal["asc", "desc"] = "desc",
-                          after: str | None = Query(None, max_length=100)) -> dict[str, Any]:
+    async def list_videos(
+        limit: int = Query(20, ge=1, le=100),
+        order: Literal["asc", "desc"] = "desc",
+        after: str | None = Query(None, max_length=100),
+    ) -> dict[str, Any]:
         assert state.store is not None
         records = state.store.list(order=order, limit=limit + 1, after=after)
         has_more = len(records) > limit
         data = [r.as_api() for r in records[:limit]]
-        return {"object": "list", "data": data, "has_more": has_more,
-                "first_id": data[0]["id"] if data else None,
-                "last_id": data[-1]["id"] if data else None}
+        return {
+            "object": "list",
+            "data": data,
+            "has_more": has_more,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+        }
 
     @router.get("/videos/{video_id}", summary="Get a video job")
     async def get_video(video_id: str) -> dict[str, Any]:
         return record_or_404(video_id).as_api()
 
-    @router.get("/videos/{video_id}/content", summary="Download the MP4 of a completed job",
-                response_class=FileResponse)
-    async def video_content(video_id: str, variant: str = Query("video", max_length=20)
-                            ) -> FileResponse:
+    @router.get(
+        "/videos/{video_id}/content",
+        summary="Download the MP4 of a completed job",
+        response_class=FileResponse,
+    )
+    async def video_content(
+        video_id: str, variant: str = Query("video", max_length=20)
+    ) -> FileResponse:
         record = record_or_404(video_id)
         if variant != "video":
             raise invalid(f"variant: only 'video' is available, not {variant!r}", "variant")
         if record.status != "completed" or not record.output_path:
-            raise APIError(409, f"video {video_id} is {record.status}, not completed",
-                           param="video_id", code="video_not_ready")
+            raise APIError(
+                409,
+                f"video {video_id} is {record.status}, not completed",
+                param="video_id",
+                code="video_not_ready",
+            )
         path = Path(record.output_path)
         if not path.is_file():
-            raise APIError(404, f"the content of video {video_id} is missing from the state dir",
-                           code="video_content_missing")
+            raise APIError(
+                404,
+                f"the content of video {video_id} is missing from the state dir",
+                code="video_content_missing",
+            )
         return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
 
     @router.delete("/videos/{video_id}", summary="Cancel a queued or running job, or delete one")
@@ -868,26 +1051,40 @@ def _video_routes(router: APIRouter, state: ServerState) -> None:
             except Exception:  # noqa: BLE001 - the job's own outcome is recorded elsewhere
                 pass
         else:
-            state._finalize(video_id, "cancelled",
-                            error={"code": "cancelled", "message": "cancelled by the client"})
+            state._finalize(
+                video_id,
+                "cancelled",
+                error={"code": "cancelled", "message": "cancelled by the client"},
+            )
         current = state.store.get(video_id)
-        return {"id": video_id, "object": "video.deleted", "deleted": False,
-                "status": current.status if current else "cancelled"}
+        return {
+            "id": video_id,
+            "object": "video.deleted",
+            "deleted": False,
+            "status": current.status if current else "cancelled",
+        }
 
 
 # -- speech -------------------------------------------------------------------------------------
 
 
 def _speech_routes(router: APIRouter, state: ServerState) -> None:
-    @router.post("/audio/speech", summary="Synthesize speech (whole file, chunked PCM or SSE)",
-                 response_class=Response,
-                 openapi_extra=_body_spec(SpeechBody, multipart=False, json_body=True, files={},
-                                          model_ids=list(state.models)))
+    @router.post(
+        "/audio/speech",
+        summary="Synthesize speech (whole file, chunked PCM or SSE)",
+        response_class=Response,
+        openapi_extra=_body_spec(
+            SpeechBody, multipart=False, json_body=True, files={}, model_ids=list(state.models)
+        ),
+    )
     async def speech(request: Request) -> Response:
         body = _validate(SpeechBody, await _read_json(request, state))
         served = state.pick(body.model, "speech")
-        kwargs: dict[str, Any] = {"prompt": body.input, "speed": body.speed,
-                                  "extras": body.extras()}
+        kwargs: dict[str, Any] = {
+            "prompt": body.input,
+            "speed": body.speed,
+            "extras": body.extras(),
+        }
         if body.voice_id() is not None:
             kwargs["voice"] = body.voice_id()
         if body.seed is not None:
@@ -897,10 +1094,14 @@ def _speech_routes(router: APIRouter, state: ServerState) -> None:
         if not streaming:
             job = state.submit(served, Job(gen))
             result = await _await_job(state, served, job, request)
-            data = await asyncio.to_thread(media.encode_audio, result.audio, result.sample_rate,
-                                           body.response_format)
-            return Response(data, media_type=media.AUDIO_MEDIA_TYPES[body.response_format],
-                            headers={"x-omni-sample-rate": str(result.sample_rate)})
+            data = await asyncio.to_thread(
+                media.encode_audio, result.audio, result.sample_rate, body.response_format
+            )
+            return Response(
+                data,
+                media_type=media.AUDIO_MEDIA_TYPES[body.response_format],
+                headers={"x-omni-sample-rate": str(result.sample_rate)},
+            )
         sse = body.stream_format == "sse"
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -940,8 +1141,7 @@ def _speech_routes(router: APIRouter, state: ServerState) -> None:
                     if data:
                         yield data
                 elif item.exception() is not None:
-                    log.error("request %s failed mid-stream: %s", gen.request_id,
-                              item.exception())
+                    log.error("request %s failed mid-stream: %s", gen.request_id, item.exception())
                     return
                 else:
                     tail = encoder.close()
@@ -953,22 +1153,31 @@ def _speech_routes(router: APIRouter, state: ServerState) -> None:
             async for item in chunks():
                 if hasattr(item, "samples"):
                     samples += len(item.samples)
-                    event = {"type": "speech.audio.delta",
-                             "audio": base64.b64encode(encoder.encode(item.samples)).decode()}
+                    event = {
+                        "type": "speech.audio.delta",
+                        "audio": base64.b64encode(encoder.encode(item.samples)).decode(),
+                    }
                 elif item.exception() is not None:
-                    event = {"type": "error",
-                             "error": from_exception(item.exception()).body()["error"]}
+                    event = {
+                        "type": "error",
+                        "error": from_exception(item.exception()).body()["error"],
+                    }
                 else:
-                    event = {"type": "speech.audio.done", "sample_rate": rate,
-                             "audio_seconds": samples / rate,
-                             "usage": {"input_tokens": len(body.input), "output_tokens": 0,
-                                       "total_tokens": len(body.input)}}
+                    event = {
+                        "type": "speech.audio.done",
+                        "sample_rate": rate,
+                        "audio_seconds": samples / rate,
+                        "usage": {
+                            "input_tokens": len(body.input),
+                            "output_tokens": 0,
+                            "total_tokens": len(body.input),
+                        },
+                    }
                 yield f"data: {json.dumps(event)}\n\n".encode()
 
         headers = {"x-omni-sample-rate": str(rate), "Cache-Control": "no-cache"}
         if sse:
-            return StreamingResponse(sse_stream(), media_type="text/event-stream",
-                                     headers=headers)
+            return StreamingResponse(sse_stream(), media_type="text/event-stream", headers=headers)
         return StreamingResponse(audio_stream(), media_type=encoder.media_type, headers=headers)
 
     @router.get("/audio/voices", summary="Voices of the served speech models")
@@ -980,12 +1189,23 @@ def _speech_routes(router: APIRouter, state: ServerState) -> None:
             if model is not None and served.id != model:
                 continue
             for voice in served.omni.pipeline.voices():
-                data.append({"id": voice.id, "object": "voice", "name": voice.name or voice.id,
-                             "language": voice.language, "description": voice.description,
-                             "model": served.id})
+                data.append(
+                    {
+                        "id": voice.id,
+                        "object": "voice",
+                        "name": voice.name or voice.id,
+                        "language": voice.language,
+                        "description": voice.description,
+                        "model": served.id,
+                    }
+                )
         if model is not None and model not in state.models:
-            raise APIError(404, f"the model {model!r} does not exist on this server",
-                           param="model", code="model_not_found")
+            raise APIError(
+                404,
+                f"the model {model!r} does not exist on this server",
+                param="model",
+                code="model_not_found",
+            )
         return {"object": "list", "data": data}
 
 
@@ -1011,8 +1231,10 @@ class _MetricsMiddleware:
                 status[0] = message["status"]
                 rid = scope.get("state", {}).get("request_id")
                 if rid:
-                    message = {**message, "headers": [*message.get("headers", []),
-                                                      (b"x-request-id", rid.encode())]}
+                    message = {
+                        **message,
+                        "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())],
+                    }
             elif message["type"] == "http.response.body" and not message.get("more_body"):
                 route = scope.get("route")
                 endpoint = f"{scope['method']} {getattr(route, 'path', 'other')}"

@@ -21,8 +21,18 @@ from typing import Any, Literal
 
 Task = Literal["t2i", "i2i", "t2v", "tts"]
 
-_SUBJECTS = ["a red fox", "a lighthouse", "a bowl of ramen", "a vintage car", "a mountain lake",
-             "a robot barista", "an old library", "a koi pond", "a city at night", "a sailboat"]
+_SUBJECTS = [
+    "a red fox",
+    "a lighthouse",
+    "a bowl of ramen",
+    "a vintage car",
+    "a mountain lake",
+    "a robot barista",
+    "an old library",
+    "a koi pond",
+    "a city at night",
+    "a sailboat",
+]
 _STYLES = ["watercolor", "photograph", "oil painting", "pixel art", "studio lighting"]
 _SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -93,8 +103,13 @@ def _input_png(size: str | None) -> bytes:
 
     width, height = (int(v) for v in (size or "64x64").lower().split("x"))
     img = Image.new("RGB", (width, height))
-    img.putdata([((x * 255) // max(width - 1, 1), (y * 255) // max(height - 1, 1), 128)
-                 for y in range(height) for x in range(width)])
+    img.putdata(
+        [
+            ((x * 255) // max(width - 1, 1), (y * 255) // max(height - 1, 1), 128)
+            for y in range(height)
+            for x in range(width)
+        ]
+    )
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return buf.getvalue()
@@ -130,13 +145,16 @@ class BenchRunner:
         response.raise_for_status()
         models = response.json()["data"]
         modality = {"t2i": "image", "i2i": "image", "t2v": "video", "tts": "speech"}[
-            self.config.task]
+            self.config.task
+        ]
         for m in models:
-            if m.get("modality") == modality and (self.config.task != "i2i"
-                                                  or "i2i" in m.get("tasks", [])):
+            if m.get("modality") == modality and (
+                self.config.task != "i2i" or "i2i" in m.get("tasks", [])
+            ):
                 return str(m["id"])
-        raise RuntimeError(f"the server serves no model for task {self.config.task}: "
-                           f"{[m['id'] for m in models]}")
+        raise RuntimeError(
+            f"the server serves no model for task {self.config.task}: {[m['id'] for m in models]}"
+        )
 
     async def one(self, client: Any, i: int, t_origin: float) -> RequestRecord:
         c = self.config
@@ -150,8 +168,11 @@ class BenchRunner:
             elif c.task == "i2i":
                 data = {k: str(v) for k, v in self._fields(i).items() if v is not None}
                 data["prompt"] = self._prompt(i)
-                response = await client.post("/v1/images/edits", data=data,
-                                             files={"image": ("in.png", self.image, "image/png")})
+                response = await client.post(
+                    "/v1/images/edits",
+                    data=data,
+                    files={"image": ("in.png", self.image, "image/png")},
+                )
                 record.http_status = response.status_code
             elif c.task == "t2v":
                 body = {**self._fields(i), "prompt": self._prompt(i)}
@@ -161,8 +182,13 @@ class BenchRunner:
                     response = await self._wait_video(client, response.json()["id"])
                     record.http_status = response.status_code
             else:
-                body = {"model": c.model, "input": self._prompt(i), "response_format": "pcm",
-                        "stream": True, **c.extra}
+                body = {
+                    "model": c.model,
+                    "input": self._prompt(i),
+                    "response_format": "pcm",
+                    "stream": True,
+                    **c.extra,
+                }
                 async with client.stream("POST", "/v1/audio/speech", json=body) as response:
                     record.http_status = response.status_code
                     nbytes = 0
@@ -204,8 +230,9 @@ class BenchRunner:
         c = self.config
         headers = {"Authorization": f"Bearer {c.api_key}"} if c.api_key else {}
         limits = httpx.Limits(max_connections=c.max_concurrency + 4)
-        async with httpx.AsyncClient(base_url=c.base_url.rstrip("/"), headers=headers,
-                                     timeout=c.timeout_s, limits=limits) as client:
+        async with httpx.AsyncClient(
+            base_url=c.base_url.rstrip("/"), headers=headers, timeout=c.timeout_s, limits=limits
+        ) as client:
             if c.model is None:
                 c.model = await self.pick_model(client)
             t0 = time.perf_counter()
@@ -255,8 +282,11 @@ class BenchRunner:
             ttfb = [r.ttfb_s for r in ok if r.ttfb_s is not None]
             rtf = [r.latency_s / r.audio_s for r in ok if r.audio_s]
             summary["ttfb_ms"] = _stats_ms(ttfb)
-            summary["real_time_factor"] = {"mean": statistics.fmean(rtf) if rtf else None,
-                                           "p50": percentile(rtf, 50), "p90": percentile(rtf, 90)}
+            summary["real_time_factor"] = {
+                "mean": statistics.fmean(rtf) if rtf else None,
+                "p50": percentile(rtf, 50),
+                "p90": percentile(rtf, 90),
+            }
             summary["audio_seconds"] = sum(r.audio_s or 0.0 for r in ok)
         errors = [r.error for r in records if r.error]
         if errors:
@@ -267,6 +297,7 @@ class BenchRunner:
 
 def format_summary(summary: dict[str, Any]) -> str:
     """Human-readable lines of a summary."""
+
     def fmt(d: dict[str, Any] | None, unit: str = "ms") -> str:
         if not d:
             return "-"
@@ -281,14 +312,18 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"latency    {fmt(summary['latency_ms'])}",
     ]
     if "slo_attainment" in summary:
-        lines.append(f"SLO {summary['slo_ms']:g} ms attained by "
-                     f"{100 * (summary['slo_attainment'] or 0):.1f}% of requests")
+        lines.append(
+            f"SLO {summary['slo_ms']:g} ms attained by "
+            f"{100 * (summary['slo_attainment'] or 0):.1f}% of requests"
+        )
     if "ttfb_ms" in summary:
         rtf = summary["real_time_factor"]
         lines.append(f"first audio {fmt(summary['ttfb_ms'])}")
         if rtf["mean"] is not None:
-            lines.append(f"real-time factor mean {rtf['mean']:.3f}  p50 {rtf['p50']:.3f}  "
-                         f"p90 {rtf['p90']:.3f} (below 1 is faster than real time)")
+            lines.append(
+                f"real-time factor mean {rtf['mean']:.3f}  p50 {rtf['p50']:.3f}  "
+                f"p90 {rtf['p90']:.3f} (below 1 is faster than real time)"
+            )
     for error in summary.get("first_errors", []):
         lines.append(f"error: {error}")
     return "\n".join(lines)
@@ -323,9 +358,11 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         ax2.hist(ok, bins=min(30, max(5, len(ok) // 2)), color="tab:blue")
     ax2.set_xlabel("latency (ms)")
     ax2.set_ylabel("requests")
-    fig.suptitle(f"omni bench serve: {summary['task']} {summary['model']} "
-                 f"(c={summary['max_concurrency']}, rate={summary['request_rate']}) "
-                 f"{summary['throughput_rps'] or 0:.2f} req/s")
+    fig.suptitle(
+        f"omni bench serve: {summary['task']} {summary['model']} "
+        f"(c={summary['max_concurrency']}, rate={summary['request_rate']}) "
+        f"{summary['throughput_rps'] or 0:.2f} req/s"
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -79,13 +79,18 @@ def from_validation_error(exc: ValidationError | RequestValidationError) -> APIE
     if kind in ("json_invalid", "json_type"):
         return APIError(400, f"malformed JSON body: {first.get('msg')}", code="invalid_json")
     if kind == "missing":
-        return APIError(400, f"missing required parameter: {param}", param=param,
-                        code="missing_required_parameter")
+        return APIError(
+            400,
+            f"missing required parameter: {param}",
+            param=param,
+            code="missing_required_parameter",
+        )
     if kind == "extra_forbidden":
         return APIError(400, f"unknown parameter: {param}", param=param, code="unknown_parameter")
     message = first.get("msg", "invalid value")
-    return APIError(400, f"{param}: {message}" if param else message, param=param,
-                    code="invalid_value")
+    return APIError(
+        400, f"{param}: {message}" if param else message, param=param, code="invalid_value"
+    )
 
 
 def from_exception(exc: BaseException) -> APIError:
@@ -95,11 +100,17 @@ def from_exception(exc: BaseException) -> APIError:
     if isinstance(exc, InvalidRequestError):
         return APIError(400, exc.message, param=exc.param, code=exc.code or "invalid_value")
     if isinstance(exc, QueueFullError):
-        return APIError(429, str(exc), type="rate_limit_error", code=exc.code,
-                        headers={"Retry-After": str(int(max(1, round(exc.retry_after))))})
+        return APIError(
+            429,
+            str(exc),
+            type="rate_limit_error",
+            code=exc.code,
+            headers={"Retry-After": str(int(max(1, round(exc.retry_after))))},
+        )
     if isinstance(exc, EngineStoppedError):
-        return APIError(503, str(exc), type="server_error", code=exc.code,
-                        headers={"Retry-After": "5"})
+        return APIError(
+            503, str(exc), type="server_error", code=exc.code, headers={"Retry-After": "5"}
+        )
     if isinstance(exc, RequestCancelledError):
         return APIError(409, str(exc), code=exc.code)
     if isinstance(exc, RequestTimeoutError):
@@ -109,8 +120,12 @@ def from_exception(exc: BaseException) -> APIError:
     if isinstance(exc, OmniError):
         return APIError(400, str(exc), code=type(exc).__name__)
     log.error("unexpected error", exc_info=exc)
-    return APIError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error",
-                    code="internal_error")
+    return APIError(
+        500,
+        f"internal error: {type(exc).__name__}: {exc}",
+        type="server_error",
+        code="internal_error",
+    )
 
 
 _STATUS_CODES = {
@@ -140,8 +155,9 @@ def install_handlers(app: FastAPI) -> None:
         kind, code = _STATUS_CODES.get(exc.status_code, ("invalid_request_error", None))
         if exc.status_code >= 500:
             kind = "server_error"
-        return APIError(exc.status_code, str(exc.detail), type=kind, code=code,
-                        headers=dict(exc.headers or {})).response()
+        return APIError(
+            exc.status_code, str(exc.detail), type=kind, code=code, headers=dict(exc.headers or {})
+        ).response()
 
     @app.exception_handler(Exception)
     async def _any(_: Request, exc: Exception) -> JSONResponse:

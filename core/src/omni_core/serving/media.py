@@ -25,8 +25,11 @@ AUDIO_MEDIA_TYPES = {
     "mp3": "audio/mpeg",
 }
 
-IMAGE_FORMATS = {"png": ("PNG", "image/png"), "jpeg": ("JPEG", "image/jpeg"),
-                 "webp": ("WEBP", "image/webp")}
+IMAGE_FORMATS = {
+    "png": ("PNG", "image/png"),
+    "jpeg": ("JPEG", "image/jpeg"),
+    "webp": ("WEBP", "image/webp"),
+}
 
 
 def decode_image(data: bytes, param: str = "image") -> Image.Image:
@@ -39,15 +42,21 @@ def decode_image(data: bytes, param: str = "image") -> Image.Image:
         with Image.open(io.BytesIO(data)) as img:
             width, height = img.size
             if width * height > MAX_IMAGE_PIXELS:
-                raise invalid(f"{param}: image of {width}x{height} pixels is too large", param,
-                              code="image_too_large")
+                raise invalid(
+                    f"{param}: image of {width}x{height} pixels is too large",
+                    param,
+                    code="image_too_large",
+                )
             img.load()
             return img.convert("RGB")
     except APIError:
         raise
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        raise invalid(f"{param}: the file is not a readable image (png, jpeg or webp)", param,
-                      code="invalid_image") from None
+        raise invalid(
+            f"{param}: the file is not a readable image (png, jpeg or webp)",
+            param,
+            code="invalid_image",
+        ) from None
 
 
 def encode_image(image: Image.Image, fmt: str = "png") -> bytes:
@@ -124,37 +133,56 @@ async def fetch_url(
     if url.startswith("data:"):
         data = parse_data_url(url, param)
         if len(data) > max_bytes:
-            raise APIError(413, f"{param}: image larger than {max_bytes} bytes", param=param,
-                           code="file_too_large")
+            raise APIError(
+                413,
+                f"{param}: image larger than {max_bytes} bytes",
+                param=param,
+                code="file_too_large",
+            )
         return data
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise invalid(f"{param}: expected an http(s) URL, a data URL or a file upload", param,
-                      code="invalid_url")
+        raise invalid(
+            f"{param}: expected an http(s) URL, a data URL or a file upload",
+            param,
+            code="invalid_url",
+        )
     if parts.hostname.lower() not in allowed_hosts:
         raise invalid(
             f"{param}: fetching URLs from {parts.hostname!r} is disabled on this server (start it "
             "with --allowed-url-hosts to allow a host); upload the file instead",
-            param, code="url_fetch_disabled")
+            param,
+            code="url_fetch_disabled",
+        )
     import httpx
 
     chunks: list[bytes] = []
     size = 0
     try:
-        async with httpx.AsyncClient(timeout=10.0, follow_redirects=False) as client, \
-                client.stream("GET", url) as response:
+        async with (
+            httpx.AsyncClient(timeout=10.0, follow_redirects=False) as client,
+            client.stream("GET", url) as response,
+        ):
             if response.status_code != 200:
-                raise invalid(f"{param}: fetching the URL returned HTTP {response.status_code}",
-                              param, code="url_fetch_failed")
+                raise invalid(
+                    f"{param}: fetching the URL returned HTTP {response.status_code}",
+                    param,
+                    code="url_fetch_failed",
+                )
             async for chunk in response.aiter_bytes():
                 size += len(chunk)
                 if size > max_bytes:
-                    raise APIError(413, f"{param}: image larger than {max_bytes} bytes",
-                                   param=param, code="file_too_large")
+                    raise APIError(
+                        413,
+                        f"{param}: image larger than {max_bytes} bytes",
+                        param=param,
+                        code="file_too_large",
+                    )
                 chunks.append(chunk)
     except httpx.HTTPError as exc:
-        raise invalid(f"{param}: fetching the URL failed: {exc}", param,
-                      code="url_fetch_failed") from None
+        raise invalid(
+            f"{param}: fetching the URL failed: {exc}", param, code="url_fetch_failed"
+        ) from None
     return b"".join(chunks)
 
 

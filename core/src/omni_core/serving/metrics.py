@@ -25,26 +25,48 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.queue = Gauge("omni_queue_depth", "Requests waiting for a worker.", ["model"],
-                           registry=r)
-        self.running_gauge = Gauge("omni_running_requests", "Requests being generated.",
-                                   ["model"], registry=r)
-        self.batch_size = Histogram("omni_batch_size", "Requests per denoising step call.",
-                                    ["model"], buckets=_BATCH_BUCKETS, registry=r)
+        self.queue = Gauge(
+            "omni_queue_depth", "Requests waiting for a worker.", ["model"], registry=r
+        )
+        self.running_gauge = Gauge(
+            "omni_running_requests", "Requests being generated.", ["model"], registry=r
+        )
+        self.batch_size = Histogram(
+            "omni_batch_size",
+            "Requests per denoising step call.",
+            ["model"],
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
         self.step_time = Histogram(
             "omni_step_seconds",
             "Host time of one step() call (launch time on asynchronous devices).",
-            ["model"], buckets=_STEP_BUCKETS, registry=r)
-        self.peak_memory_gauge = Gauge("omni_peak_device_memory_bytes",
-                                       "Peak device memory allocated.", ["model"], registry=r)
-        self.latency = Histogram("omni_request_latency_seconds", "Request latency by endpoint.",
-                                 ["endpoint", "status"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.requests = Counter("omni_requests", "Requests by endpoint and HTTP status.",
-                                ["endpoint", "status"], registry=r)
-        self.jobs = Counter("omni_video_jobs", "Video jobs by final status.", ["model", "status"],
-                            registry=r)
-        self.ready = Gauge("omni_model_ready", "1 once a model is loaded and warmed.", ["model"],
-                           registry=r)
+            ["model"],
+            buckets=_STEP_BUCKETS,
+            registry=r,
+        )
+        self.peak_memory_gauge = Gauge(
+            "omni_peak_device_memory_bytes", "Peak device memory allocated.", ["model"], registry=r
+        )
+        self.latency = Histogram(
+            "omni_request_latency_seconds",
+            "Request latency by endpoint.",
+            ["endpoint", "status"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.requests = Counter(
+            "omni_requests",
+            "Requests by endpoint and HTTP status.",
+            ["endpoint", "status"],
+            registry=r,
+        )
+        self.jobs = Counter(
+            "omni_video_jobs", "Video jobs by final status.", ["model", "status"], registry=r
+        )
+        self.ready = Gauge(
+            "omni_model_ready", "1 once a model is loaded and warmed.", ["model"], registry=r
+        )
 
     # EngineObserver
     def queue_depth(self, model: str, depth: int) -> None:

@@ -83,8 +83,9 @@ class JobStore:
         for folder in (self.root, self.videos, self.inputs, self.images):
             folder.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.root / "jobs.sqlite3", check_same_thread=False,
-                                   isolation_level=None)
+        self._db = sqlite3.connect(
+            self.root / "jobs.sqlite3", check_same_thread=False, isolation_level=None
+        )
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
@@ -98,25 +99,39 @@ class JobStore:
         now = int(time.time())
         with self._lock:
             rows = self._db.execute("SELECT id FROM jobs WHERE status = 'in_progress'").fetchall()
-            error = json.dumps({
-                "code": "server_restarted",
-                "message": "the server stopped while this job was running (process exited or "
-                "was killed); submit it again",
-            })
+            error = json.dumps(
+                {
+                    "code": "server_restarted",
+                    "message": "the server stopped while this job was running (process exited or "
+                    "was killed); submit it again",
+                }
+            )
             self._db.execute(
                 "UPDATE jobs SET status = 'failed', error = ?, completed_at = ? "
-                "WHERE status = 'in_progress'", (error, now))
+                "WHERE status = 'in_progress'",
+                (error, now),
+            )
         failed = [r for r in (self.get(i) for (i,) in rows) if r is not None]
         return failed, self.list(status="queued", order="asc")
 
-    def create(self, *, job_id: str, model: str, prompt: str, size: str | None,
-               seconds: str | None, request: dict[str, Any], input_path: str | None) -> JobRecord:
+    def create(
+        self,
+        *,
+        job_id: str,
+        model: str,
+        prompt: str,
+        size: str | None,
+        seconds: str | None,
+        request: dict[str, Any],
+        input_path: str | None,
+    ) -> JobRecord:
         now = int(time.time())
         with self._lock:
             self._db.execute(
                 "INSERT INTO jobs (id, model, status, progress, created_at, prompt, size, seconds,"
                 " request, input_path) VALUES (?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?)",
-                (job_id, model, now, prompt, size, seconds, json.dumps(request), input_path))
+                (job_id, model, now, prompt, size, seconds, json.dumps(request), input_path),
+            )
         record = self.get(job_id)
         assert record is not None
         return record
@@ -133,16 +148,21 @@ class JobStore:
         if only_active:
             where += " AND status IN ('queued', 'in_progress')"
         with self._lock:
-            self._db.execute(f"UPDATE jobs SET {columns} WHERE {where}",
-                             (*fields.values(), job_id))
+            self._db.execute(f"UPDATE jobs SET {columns} WHERE {where}", (*fields.values(), job_id))
 
     def get(self, job_id: str) -> JobRecord | None:
         with self._lock:
             row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return _record(row) if row else None
 
-    def list(self, *, status: str | None = None, order: str = "desc", limit: int = 100,
-             after: str | None = None) -> list[JobRecord]:
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        order: str = "desc",
+        limit: int = 100,
+        after: str | None = None,
+    ) -> list[JobRecord]:
         direction = "ASC" if order == "asc" else "DESC"
         query = "SELECT * FROM jobs"
         args: list[Any] = []
@@ -175,11 +195,33 @@ class JobStore:
 
 
 def _record(row: tuple[Any, ...]) -> JobRecord:
-    (job_id, model, status, progress, created_at, completed_at, error, prompt, size, seconds,
-     request, input_path, output_path) = row
+    (
+        job_id,
+        model,
+        status,
+        progress,
+        created_at,
+        completed_at,
+        error,
+        prompt,
+        size,
+        seconds,
+        request,
+        input_path,
+        output_path,
+    ) = row
     return JobRecord(
-        id=job_id, model=model, status=status, progress=int(progress), created_at=int(created_at),
-        completed_at=completed_at, error=json.loads(error) if error else None, prompt=prompt,
-        size=size, seconds=seconds, request=json.loads(request), input_path=input_path,
+        id=job_id,
+        model=model,
+        status=status,
+        progress=int(progress),
+        created_at=int(created_at),
+        completed_at=completed_at,
+        error=json.loads(error) if error else None,
+        prompt=prompt,
+        size=size,
+        seconds=seconds,
+        request=json.loads(request),
+        input_path=input_path,
         output_path=output_path,
     )

@@ -42,8 +42,12 @@ class _Body(BaseModel):
 class _DiffusionFields(_Body):
     prompt: str = Field(min_length=1, max_length=32_000)
     negative_prompt: str | None = Field(None, max_length=32_000)
-    size: str | None = Field(None, description='"WIDTHxHEIGHT" or "auto".', max_length=16,
-                             pattern=r"^(\d{1,5}x\d{1,5}|auto)$")
+    size: str | None = Field(
+        None,
+        description='"WIDTHxHEIGHT" or "auto".',
+        max_length=16,
+        pattern=r"^(\d{1,5}x\d{1,5}|auto)$",
+    )
     seed: int | None = Field(None, ge=0, lt=2**63)
     num_inference_steps: int | None = Field(None, ge=1, le=1000)
     guidance_scale: float | None = Field(None, ge=0.0, le=100.0)
@@ -79,10 +83,12 @@ class VideoBody(_DiffusionFields):
     """POST /v1/videos (JSON, or multipart with an ``input_reference`` image)."""
 
     seconds: str | None = Field(
-        None, max_length=8, description="Clip length; becomes num_frames = seconds * fps + 1.")
+        None, max_length=8, description="Clip length; becomes num_frames = seconds * fps + 1."
+    )
     num_frames: int | None = Field(None, ge=1, le=1024)
     input_reference: str | dict[str, Any] | None = Field(
-        None, description="JSON only: an image URL / data URL, or {'image_url': ...}.")
+        None, description="JSON only: an image URL / data URL, or {'image_url': ...}."
+    )
 
     @field_validator("seconds", mode="before")
     @classmethod
@@ -101,8 +107,9 @@ class SpeechBody(_Body):
     speed: float = Field(1.0, ge=0.25, le=4.0)
     stream: bool = False
     stream_format: Literal["sse", "audio"] | None = None
-    instructions: str | None = Field(None, max_length=4096,
-                                     description="Accepted for compatibility; ignored.")
+    instructions: str | None = Field(
+        None, max_length=4096, description="Accepted for compatibility; ignored."
+    )
     seed: int | None = Field(None, ge=0, lt=2**63)
 
     @field_validator("input")
