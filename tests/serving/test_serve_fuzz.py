@@ -76,6 +76,7 @@ def test_serve_fuzz_openapi_no_server_errors(live_server, http) -> None:
     ):
         assert expected in labels, labels
     seen: dict[str, set[int]] = {}
+    calls: list[str] = []
 
     def fuzz(op: Any, mode: Any) -> None:
         label = f"{op.method.upper()} {op.path}"
@@ -91,6 +92,7 @@ def test_serve_fuzz_openapi_no_server_errors(live_server, http) -> None:
         def run(case: Any) -> None:
             response = case.call(base_url=live_server.url, headers=headers, timeout=120)
             seen.setdefault(label, set()).add(response.status_code)
+            calls.append(label)
             assert response.status_code < 500, (
                 f"{label} -> {response.status_code}: {response.text[:500]}\n"
                 f"{case.as_curl_command()}"
@@ -112,6 +114,7 @@ def test_serve_fuzz_openapi_no_server_errors(live_server, http) -> None:
     for job in http.get("/v1/videos", params={"limit": 100}).json()["data"]:
         if job["status"] in ("queued", "in_progress"):
             http.delete(f"/v1/videos/{job['id']}")
+    assert len(calls) >= 10 * EXAMPLES, len(calls)
     generated = {label for label, codes in seen.items() if 200 in codes and "POST" in label}
     assert {"POST /v1/images/generations", "POST /v1/videos"} & generated, seen
     assert any(400 <= code < 500 for codes in seen.values() for code in codes), seen
