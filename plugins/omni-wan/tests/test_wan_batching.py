@@ -76,7 +76,9 @@ def test_wan_step_has_no_host_sync(omni_wan_model: Any, wan_kwargs: Any) -> None
     import torch
 
     model = omni_wan_model("t2v-a14b")
-    state = model.pipeline.prepare(model.request(**wan_kwargs("t2v-a14b"), seed=5))
+    pipe = model.pipeline
+    state = pipe.prepare(model.request(**wan_kwargs("t2v-a14b"), seed=5))
+    other = pipe.prepare(model.request(**wan_kwargs("t2v-a14b", guidance_scale=7.0), seed=6))
     forbidden = []
     originals = {name: getattr(torch.Tensor, name) for name in ("item", "tolist", "__bool__")}
 
@@ -90,8 +92,12 @@ def test_wan_step_has_no_host_sync(omni_wan_model: Any, wan_kwargs: Any) -> None
     for name in originals:
         setattr(torch.Tensor, name, trap(name))
     try:
-        while not state.done:
-            model.pipeline.step([state])
+        pipe.step([state])  # then both together: staggered, different guidance, two experts
+        while not other.done:
+            group = [s for s in (state, other) if not s.done]
+            keys = {pipe.batch_key(s) for s in group}
+            for key in keys:
+                pipe.step([s for s in group if pipe.batch_key(s) == key])
     finally:
         for name, original in originals.items():
             setattr(torch.Tensor, name, original)
@@ -114,3 +120,29 @@ def test_wan_progress_and_cancellation(omni_wan_model: Any, wan_kwargs: Any) -> 
             should_cancel=lambda rid: len(steps) >= 2,
         )
     assert steps == [1, 2]
+
+
+@pytest.mark.parametrize("variant", ["t2v", "ti2v"])
+def test_wan_staggered_requests_share_steps(
+    variant: str, omni_wan_model: Any, wan_kwargs: Any, cond_image: Any
+) -> None:
+    """Continuous batching: a request that arrives two steps later joins the running one;
+    each sample keeps its own timestep, guidance and scheduler history."""
+    model = omni_wan_model(variant)
+    pipe = model.pipeline
+    extra: dict[str, Any] = {"images": [cond_image]} if variant == "ti2v" else {}
+    first = wan_kwargs(variant, prompt="a red car drives at night", seed=3, **extra)
+    second = wan_kwargs(variant, prompt="waves on a shore", seed=4, guidance_scale=6.0, **extra)
+    early = pipe.prepare(model.request(**first))
+    pipe.step([early])
+    pipe.step([early])
+    late = pipe.prepare(model.request(**second))
+    assert pipe.batch_key(early) == pipe.batch_key(late)
+    while not early.done:
+        pipe.step([early, late])  # early at steps 2, 3; late at 0, 1
+    while not late.done:
+        pipe.step([late])
+    together = [pipe.decode(early).video, pipe.decode(late).video]
+    alone = [model.generate(**first).video, model.generate(**second).video]
+    for a, b in zip(together, alone, strict=True):
+        assert _max_diff(a, b) <= 1

@@ -411,21 +411,27 @@ class WanVideoPipeline(StagedPipeline):
             experts = [0 if t >= edge else 1 for t in table.timesteps]
         else:
             experts = [0] * table.num_steps
+        scales = [guidance if e == 0 else guidance_2 for e in experts]
         data.update(
             table=table,
             timesteps=table.timesteps_tensor(self.device),
             experts=experts,
-            guidance=[guidance if e == 0 else guidance_2 for e in experts],
+            guidance=scales,
             fps=extras.fps or (24 if layout.expand_timesteps else 16),
+            # Device copies made once here, so that states at different steps (or with
+            # different guidance) can share a step with no host-to-device copy in step().
+            guidance_t=torch.tensor(scales, dtype=torch.float32).to(self.device),
+            weights_t=_weights_tensor(table).to(self.device),
         )
         return DenoiseState(request=request, num_steps=table.num_steps, data=data)
 
     def batch_key(self, state: DenoiseState) -> Hashable:
         d = state.data
         latents = d["samples"][0]
+        # The step index is not part of the key: states at different steps share a forward
+        # (per-sample timesteps and scheduler weights), which is what continuous batching needs.
         return (
             tuple(latents.shape),
-            state.step_index,
             id(d["table"]),
             d["cfg"],
             d["experts"][state.step_index],
@@ -441,8 +447,10 @@ class WanVideoPipeline(StagedPipeline):
         table: ScheduleTable = first["table"]
         model = self.transformers[first["experts"][n]]
         model_dtype = model.dtype
-        t = first["timesteps"][n]
         one = len(states) == 1
+        # Lockstep (the usual case): one timestep and host-float scheduler weights. Otherwise
+        # each sample has its own timestep and weights, gathered from the device tables.
+        lockstep = all(s.step_index == n for s in states)
 
         def gather(key: str) -> torch.Tensor:
             items = [s.data[key] for s in states]
@@ -463,10 +471,18 @@ class WanVideoPipeline(StagedPipeline):
         model_input = model_input.to(model_dtype)
         batch = model_input.shape[0]
         image_embeds = gather("image_embeds") if first["image_embeds"] is not None else None
-        if first["ts_mask"] is not None:
-            timestep = (first["ts_mask"] * t).unsqueeze(0).expand(batch, -1)
+        if lockstep:
+            t = first["timesteps"][n]
+            if first["ts_mask"] is not None:
+                timestep = (first["ts_mask"] * t).unsqueeze(0).expand(batch, -1)
+            else:
+                timestep = t.expand(batch)
         else:
-            timestep = t.expand(batch)
+            t = torch.stack([s.data["timesteps"][s.step_index] for s in states])
+            if first["ts_mask"] is not None:
+                timestep = first["ts_mask"].unsqueeze(0) * t.unsqueeze(1)
+            else:
+                timestep = t
         component = "transformer" if first["experts"][n] == 0 else "transformer_2"
         ids = [s.request.request_id for s in states]
 
@@ -484,7 +500,7 @@ class WanVideoPipeline(StagedPipeline):
                 )[0]
 
         if not first["cfg"]:
-            output = forward(gather("embeds"), 1, None)
+            velocity = forward(gather("embeds"), 1, None)
         else:
             if one:  # already [prompt; negative prompt]
                 cond_text, uncond_text = first["embeds"][0:1], first["embeds"][1:2]
@@ -499,33 +515,32 @@ class WanVideoPipeline(StagedPipeline):
                 output = torch.cat(
                     [forward(cond_text, 1, "cond"), forward(uncond_text, 1, "uncond")]
                 )
-        if first["cfg"]:
             cond_out, uncond_out = output[:batch], output[batch:]
-            scales = [s.data["guidance"][n] for s in states]
+            scales = [s.data["guidance"][s.step_index] for s in states]
             if all(g == scales[0] for g in scales):
                 scale: Any = scales[0]
             else:
-                scale = torch.tensor(scales, device=output.device, dtype=output.dtype).view(
-                    -1, 1, 1, 1, 1
-                )
+                rows = [s.data["guidance_t"][s.step_index] for s in states]
+                scale = torch.stack(rows).to(output.dtype).view(-1, 1, 1, 1, 1)
             velocity = uncond_out + scale * (cond_out - uncond_out)
-        else:
-            velocity = output
         velocity = velocity.float()
 
         if one:
             samples = first["samples"]
             outputs = [velocity, *first["outputs"]]
         else:
+            # In lockstep every state holds the same number of past tensors; otherwise pad.
+            n_samples = len(first["samples"]) if lockstep else table.sample_history
+            n_outputs = len(first["outputs"]) if lockstep else table.output_history - 1
             samples = [latents] + [
-                torch.cat([s.data["samples"][k] for s in states])
-                for k in range(1, len(first["samples"]))
+                _stack_slot(states, "samples", k) for k in range(1, n_samples)
             ]
-            outputs = [velocity] + [
-                torch.cat([s.data["outputs"][j] for s in states])
-                for j in range(len(first["outputs"]))
-            ]
-        new = table.apply(n, samples, outputs)
+            outputs = [velocity] + [_stack_slot(states, "outputs", j) for j in range(n_outputs)]
+        if lockstep:
+            new = table.apply(n, samples, outputs)
+        else:
+            weights = torch.stack([s.data["weights_t"][s.step_index] for s in states])
+            new = _apply_weights(weights, samples, outputs, table.sample_history)
         news = [new] if one else list(new.split(1))
         velocities = [velocity] if one else list(velocity.split(1))
         for state, sample, vel in zip(states, news, velocities, strict=True):
@@ -643,6 +658,43 @@ class WanVideoPipeline(StagedPipeline):
         mean = self._latents_mean.to(condition.device)
         std_inv = self._latents_std_inv.to(condition.device)
         return (condition - mean) * std_inv
+
+
+def _weights_tensor(table: ScheduleTable) -> torch.Tensor:
+    """The table's per-step weights as ``[steps, K + W]`` (zeros where a step uses fewer)."""
+    k, w = table.sample_history, table.output_history
+    rows = torch.zeros(table.num_steps, k + w, dtype=torch.float32)
+    for n, (a, b) in enumerate(zip(table.sample_weights, table.output_weights, strict=True)):
+        rows[n, : len(a)] = torch.tensor(a, dtype=torch.float32)
+        rows[n, k : k + len(b)] = torch.tensor(b, dtype=torch.float32)
+    return rows
+
+
+def _stack_slot(states: list[DenoiseState], key: str, index: int) -> torch.Tensor:
+    """Slot ``index`` of every state's ``key`` history, batched; zeros where a state has none
+    yet (a state that early gives that slot zero weight)."""
+    parts = []
+    for state in states:
+        history = state.data[key]
+        parts.append(
+            history[index]
+            if index < len(history)
+            else torch.zeros_like(state.data["samples"][0])
+        )
+    return torch.cat(parts)
+
+
+def _apply_weights(
+    weights: torch.Tensor, samples: list[torch.Tensor], outputs: list[torch.Tensor], k: int
+) -> torch.Tensor:
+    """x[n+1] per sample: ``weights`` is ``[B, K + W]`` over samples then outputs."""
+    shape = (-1,) + (1,) * (samples[0].ndim - 1)
+    result = samples[0] * weights[:, 0].view(shape)
+    for i, tensor in enumerate(samples[1:], start=1):
+        result = result.addcmul_(tensor, weights[:, i].view(shape))
+    for j, tensor in enumerate(outputs):
+        result = result.addcmul_(tensor, weights[:, k + j].view(shape))
+    return result
 
 
 def _flag(value: Any) -> bool:
