@@ -434,7 +434,7 @@ class WanVideoPipeline(StagedPipeline):
             tuple(latents.shape),
             id(d["table"]),
             d["cfg"],
-            d["experts"][state.step_index],
+            d["experts"][min(state.step_index, state.num_steps - 1)],
             d["condition"] is not None,
             d["frame_mask"] is not None,
             d["image_embeds"] is not None,
