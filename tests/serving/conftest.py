@@ -163,7 +163,7 @@ def server_config(checkpoints: Checkpoints, state_dir: Path, **overrides: Any) -
         "api_key": API_KEY,
         "state_dir": state_dir,
         "max_batch": 4,
-        "max_queue": 16,
+        "max_queue": 8,  # with max_batch 4, 16 concurrent clients overflow it: 429s
         "max_upload_mb": 1.0,
         "max_steps": 50,
         "max_pixels": 64 * 64,

@@ -51,7 +51,9 @@ def test_serve_64_requests_at_concurrency_16_complete_or_429(live_server) -> Non
     responses = asyncio.run(main())
     codes = [r.status_code for r in responses]
     assert set(codes) <= {200, 429}, codes
-    assert codes.count(200) >= 16, codes
+    assert codes.count(200) >= 8, codes  # at least one full queue
+    # 4 running + 8 queued < 16 clients: back-pressure must have answered some of them.
+    assert codes.count(429) > 0, codes
     for r in responses:
         if r.status_code == 429:
             assert int(r.headers["retry-after"]) >= 1
