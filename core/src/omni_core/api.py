@@ -109,10 +109,49 @@ class Omni:
             extra=options,
         )
         t0 = time.perf_counter()
-        cls = self.spec.load()
-        self.pipeline: Pipeline = cls.from_pretrained(self.path, self.options)
-        self.pipeline.spec = self.spec
+        if parallel.cfg_parallel_size * parallel.ulysses_degree > 1:
+            # One worker process per device runs the pipeline in lock-step; this process
+            # drives it through the same staged protocol (omni_core.distributed).
+            if device:
+                raise ConfigError(
+                    "device: cannot be combined with cfg_parallel_size/ulysses_degree "
+                    "(rank r uses the platform's device r)"
+                )
+            from omni_core.distributed.pipeline import ParallelPipeline
+
+            self.pipeline: Pipeline = ParallelPipeline.launch(
+                self.path,
+                self.spec,
+                parallel,
+                platform=platform,
+                dtype=str(self.options.dtype).removeprefix("torch."),
+                attention=attention_config,
+                cache=self.options.cache,
+                quantization=self.options.quantization,
+                extra=options,
+            )
+        else:
+            cls = self.spec.load()
+            self.pipeline = cls.from_pretrained(self.path, self.options)
+            self.pipeline.spec = self.spec
         self.load_s = time.perf_counter() - t0
+
+    @property
+    def healthy(self) -> bool:
+        """False once a parallel worker group died (a local pipeline is always healthy)."""
+        return bool(getattr(self.pipeline, "healthy", True))
+
+    def close(self) -> None:
+        """Stop parallel workers, if any (idempotent; a local pipeline needs nothing)."""
+        closer = getattr(self.pipeline, "close", None)
+        if callable(closer):
+            closer()
+
+    def __enter__(self) -> Omni:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def request(self, prompt: str | None = None, **kwargs: Any) -> GenerationRequest:
         """Build and validate a request: shared fields by name, the rest become extras."""
