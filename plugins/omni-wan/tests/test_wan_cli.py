@@ -116,3 +116,18 @@ def test_wan_cli_writes_mp4(tiny_wan: Any, tmp_path: Path, cond_image: Any) -> N
 
     with av.open(str(out)) as container:
         assert container.streams.video[0].average_rate == 8
+
+
+def test_wan_cli_rejects_bad_parallel_layout(tiny_wan: Any, tmp_path: Path) -> None:
+    """Checked before any worker is spawned: the tiny model has 2 attention heads."""
+    result = run(
+        "video",
+        str(tiny_wan("t2v")),
+        "a cat",
+        "--ulysses-degree",
+        "4",
+        "-o",
+        str(tmp_path / "x.mp4"),
+    )
+    assert result.exit_code == 2, result.output
+    assert "does not divide" in result.output

@@ -87,6 +87,18 @@ def _common_options(func: Any) -> Any:
         click.option("--device", help="torch device, e.g. cuda:1 (default: the platform's)."),
         click.option("--dtype", help="bfloat16, float16 or float32."),
         click.option("--attention-backend", help="Attention backend for every role."),
+        click.option(
+            "--cfg-parallel-size",
+            type=click.IntRange(1, 2),
+            default=1,
+            help="2: run CFG's two branches on two devices.",
+        ),
+        click.option(
+            "--ulysses-degree",
+            type=click.IntRange(1, 64),
+            default=1,
+            help="Split the sequence over N devices (Ulysses).",
+        ),
         click.option("--quiet", "-q", is_flag=True, help="No progress bar."),
     ]
     for option in reversed(options):
@@ -228,6 +240,8 @@ def _run(
     device: str | None,
     dtype: str | None,
     attention_backend: str | None,
+    cfg_parallel_size: int,
+    ulysses_degree: int,
     quiet: bool,
     num_frames: int | None = None,
     num_outputs: int = 1,
@@ -287,19 +301,21 @@ def _run(
     if not quiet:
         click.echo(f"loading {model} with {spec.name} ...", err=True)
     started = time.perf_counter()
-    omni = Omni(
+    with Omni(
         path,
         pipeline=spec.name,
         device=device,
         dtype=dtype,
         attention=attention_backend,
-    )
-    request = omni.pipeline.validate(request)
-    bar = _ProgressBar(quiet)
-    try:
-        (result,) = omni.run([request], progress=bar)
-    finally:
-        bar.close()
+        cfg_parallel_size=cfg_parallel_size,
+        ulysses_degree=ulysses_degree,
+    ) as omni:
+        request = omni.pipeline.validate(request)
+        bar = _ProgressBar(quiet)
+        try:
+            (result,) = omni.run([request], progress=bar)
+        finally:
+            bar.close()
     return result, time.perf_counter() - started
 
 
