@@ -69,7 +69,8 @@ def _build(
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Checkpoints:
     root = tmp_path_factory.mktemp("ckpts")
     ckpts = Checkpoints()
-    _build(ckpts, "wan", root, "omni_wan.testing", "build_tiny_wan", variant="t2v")
+    # TI2V: text-to-video and image+text-to-video in one model (input_reference is exercised).
+    _build(ckpts, "wan", root, "omni_wan.testing", "build_tiny_wan", variant="ti2v")
     _build(ckpts, "qwen", root, "omni_qwen.testing", "build_tiny_qwen_image", variant="t2i")
     _build(
         ckpts, "qwen-edit", root, "omni_qwen.testing", "build_tiny_qwen_image", variant="edit-plus"

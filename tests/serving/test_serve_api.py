@@ -208,7 +208,8 @@ def _mp4_frames(data: bytes) -> np.ndarray:
         return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
 
 
-def test_serve_video_multipart_with_input_reference(live_server, http, wait_for) -> None:
+def test_serve_video_with_input_reference(live_server, http, wait_for) -> None:
+    """TI2V: an image as multipart upload, or as a data URL in JSON (never fetched remotely)."""
     live_server.need("wan")
     files = {"input_reference": ("ref.png", _png(), "image/png")}
     data = {
@@ -216,16 +217,38 @@ def test_serve_video_multipart_with_input_reference(live_server, http, wait_for)
         "prompt": "animate",
         "size": "32x32",
         "num_frames": "5",
-        "num_inference_steps": "1",
+        "num_inference_steps": "2",
+        "seed": "3",
     }
     response = http.post("/v1/videos", data=data, files=files)
-    # Text-to-video Wan takes no conditioning image: a clear 400 from the pipeline, before compute.
-    assert response.status_code in (200, 400), response.text
-    if response.status_code == 400:
-        assert response.json()["error"]["message"]
-    else:
-        video_id = response.json()["id"]
-        wait_for(lambda: http.get(f"/v1/videos/{video_id}").json()["status"] == "completed")
+    assert response.status_code == 200, response.text
+    by_upload = response.json()["id"]
+    data_url = "data:image/png;base64," + base64.b64encode(_png()).decode()
+    response = http.post(
+        "/v1/videos",
+        json={
+            **{k: v for k, v in data.items() if k != "num_frames"},
+            "num_frames": 5,
+            "input_reference": {"image_url": data_url},
+        },
+    )
+    assert response.status_code == 200, response.text
+    by_url = response.json()["id"]
+    other = http.post(
+        "/v1/videos",
+        data=data,
+        files={"input_reference": ("o.png", _png(color=(0, 0, 255)), "image/png")},
+    ).json()["id"]
+    for video_id in (by_upload, by_url, other):
+        wait_for(lambda v=video_id: http.get(f"/v1/videos/{v}").json()["status"] == "completed")
+        assert (live_server.state_dir / "inputs" / f"{video_id}.png").is_file()
+    a = _mp4_frames(http.get(f"/v1/videos/{by_upload}/content").content)
+    b = _mp4_frames(http.get(f"/v1/videos/{by_url}/content").content)
+    assert a.shape == (5, 32, 32, 3)
+    # Same image and seed: the same video (up to batched-matmul rounding through H.264).
+    assert np.abs(a.astype(np.int16) - b.astype(np.int16)).mean() < 1.0
+    c = _mp4_frames(http.get(f"/v1/videos/{other}/content").content)
+    assert np.abs(a.astype(np.int16) - c.astype(np.int16)).mean() > 2.0, "the image is used"
 
 
 def test_serve_video_cancel_within_a_step(live_server, http, wait_for, monkeypatch) -> None:
