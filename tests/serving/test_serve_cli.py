@@ -118,3 +118,9 @@ def test_serve_cli_bench_serve_live(live_server, tmp_path: Path, task: str) -> N
         assert summary["real_time_factor"]["mean"] > 0
         assert summary["audio_seconds"] > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_serve_cli_warns_when_public_without_key() -> None:
+    result = _run("serve", "/no/such/folder", "--host", "0.0.0.0")
+    assert "without an API key" in result.output
+    assert result.exit_code == 2  # and the missing model still stops it before binding
