@@ -14,6 +14,9 @@ import pytest
 
 schemathesis = pytest.importorskip("schemathesis")
 
+# schemathesis' own strategies use `random` internally (its issue, not the server's).
+pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
+
 EXAMPLES = int(os.environ.get("OMNI_FUZZ_EXAMPLES", "12"))
 
 
