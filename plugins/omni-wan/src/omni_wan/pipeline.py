@@ -395,11 +395,15 @@ class WanVideoPipeline(StagedPipeline):
                 )
                 mask[:, :, 0] = 1
                 data["condition"] = torch.cat([mask, condition], dim=1)
-        if layout.expand_timesteps:
+        if layout.expand_timesteps and data["frame_mask"] is not None:
+            # TI2V with an image: the first frame's tokens are at timestep 0, the rest at t, so
+            # the transformer needs one timestep per token (as diffusers passes it).
             frame_mask = data["frame_mask"]
-            if frame_mask is None:
-                frame_mask = torch.ones(1, 1, lat_frames, lat_h, lat_w, device=self.device)
             data["ts_mask"] = frame_mask[0][0][:, :: layout.patch[1], :: layout.patch[2]].flatten()
+        # TI2V text-only: diffusers passes the same t for every token, which makes the model
+        # build and re-read a [batch, tokens, 6, dim] float32 modulation tensor in every block
+        # (GBs at 720p). One t per sample gives the same numbers (broadcast instead of
+        # repeated), so ts_mask stays None and step() passes a 1-D timestep.
 
         table = self._table(request.num_inference_steps, extras.flow_shift)
         boundary = (
