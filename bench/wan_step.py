@@ -12,11 +12,12 @@ the real shape ``[1, 512, 4096]``: the text encoder plays no part in a step.
   layout (``expand_timesteps=True``); per-step times are CUDA events recorded by its
   ``callback_on_step_end``. Its attention is diffusers' default (native SDPA).
 - ``omni``: the same weights driven by omni-wan's ``prepare_embedded`` + ``step`` as
-  ``Omni(...)`` loads Wan (eager): fused Q/K/V projections, CFG as one batched forward,
+  ``Omni(...)`` loads Wan (eager): fused Q/K/V projections, ``cfg_batch="auto"``,
   attention through omni's dispatcher with the platform's best backend (``--attention auto``:
   cuDNN SDPA on H100/H200), one timestep per sample instead of diffusers' per-token copy for
   text-only TI2V, the scheduler as a precomputed table.
-- ``omni-unbatched-cfg``: the same with ``cfg_batch=False`` (two forwards, as diffusers).
+- ``omni-batched-cfg``: the same with ``cfg_batch=True`` (both CFG branches in one forward;
+  ``auto``, the default, runs two forwards at this size).
 - ``omni-sdpa-unfused``: omni on diffusers' unfused model with PyTorch's default SDPA kernel
   choice (what diffusers uses): what the orchestration alone changes.
 - ``diffusers-again``: diffusers re-run at the end, to show the clocks did not drift.
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     fuse_qkv(omni_model)
 
     def run_omni(
-        backend: str, *, fused: bool = True, cfg_batch: bool = True
+        backend: str, *, fused: bool = True, cfg_batch: bool | str = "auto"
     ) -> tuple[dict[str, Any], Any]:
         from omni_core.attention import AttentionRouter
         from omni_core.config import AttentionConfig
@@ -260,9 +261,9 @@ def main(argv: list[str] | None = None) -> int:
 
     results["diffusers"], ref = run_diffusers()
     runs = (
-        ("omni", args.attention, True, True),
-        ("omni-unbatched-cfg", args.attention, True, False),
-        ("omni-sdpa-unfused", "sdpa", False, True),
+        ("omni", args.attention, True, "auto"),
+        ("omni-batched-cfg", args.attention, True, True),
+        ("omni-sdpa-unfused", "sdpa", False, "auto"),
     )
     for name, backend, fused, cfg_batch in runs:
         try:
