@@ -20,6 +20,7 @@ def test_wan_omni_cfg_parallel_matches_single_process(
         assert omni.healthy
         result = omni.generate(**kwargs)
         assert result.info["parallel"]["world_size"] == 2
+        assert result.info["cfg_batch"] is True  # the two ranks split the batched CFG rows
     assert not omni.healthy  # the with block stopped the workers
     diff = np.abs(result.video.astype(np.int16) - single.video.astype(np.int16))
     assert diff.max() <= 1

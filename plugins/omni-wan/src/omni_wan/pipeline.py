@@ -242,6 +242,9 @@ class WanVideoPipeline(StagedPipeline):
         #: at video sizes one forward already saturates the GPU, and batching measured 1% slower
         #: on an H200 (Wan2.2-TI2V-5B, 27k tokens) for 5 GiB more memory.
         self.cfg_batch: bool | str = _cfg_batch(options.extra.get("cfg_batch", "auto"))
+        if options.parallel.cfg_parallel_size > 1:
+            # CFG parallelism splits the batched [cond; uncond] rows across its two ranks.
+            self.cfg_batch = True
         #: What omni_core.acceleration applied (set by from_pretrained; None: nothing).
         self.accel: Any = None
 
