@@ -19,10 +19,12 @@ from omni_core.cli import LazyGroup
 #: Subcommands of ``omni bench``: name -> "module:attr", imported on use.
 BENCH_COMMANDS: dict[str, str] = {
     "serve": "omni_core.commands.bench:bench_serve",
+    "pipeline": "omni_core.commands.bench_pipeline:pipeline",
 }
 
 BENCH_HELP: dict[str, str] = {
     "serve": "Load-test a running omni server (throughput, latency, SLO, speech TTFB/RTF).",
+    "pipeline": "Real-size pipelines, omni vs diffusers in one run (GPU): s/step, TFLOP/s, memory.",
 }
 
 
