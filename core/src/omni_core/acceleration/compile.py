@@ -13,6 +13,7 @@ compile plus one run) and Dynamo's recompile count.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -146,14 +147,90 @@ def compile_repeated_blocks(
     return report
 
 
+@functools.cache
+def _fused_slice_class() -> type:
+    """Build the stand-in class lazily (importing this module must not import torch)."""
+    import torch
+
+    class FusedSlice(torch.nn.Module):
+        """Stands in for a projection that ``fuse_projections`` folded into a fused linear.
+
+        It owns no weights (fusing costs no memory) yet is never ``None``: diffusers' processors
+        test projections for ``None`` as model flags (Wan's I2V cross-attention reads
+        ``attn.add_k_proj is not None`` to split the CLIP image tokens from the text), and a
+        processor that ignores the fused path still gets the exact projection. The fused module
+        is looked up by name on every call, so quantization that swaps it (fp8) is followed and
+        not kept alive.
+        """
+
+        def __init__(self, owner: torch.nn.Module, fused: str, index: int, parts: int) -> None:
+            super().__init__()
+            # A plain attribute, not a submodule: the owner already registers the fused linear;
+            # registering it again would duplicate its weights in ``state_dict``.
+            object.__setattr__(self, "_owner", owner)
+            self.fused, self.index, self.parts = fused, index, parts
+
+        def _fused(self) -> Any:
+            return getattr(self._owner, self.fused)
+
+        def _rows(self, size: int) -> slice:
+            width = size // self.parts
+            return slice(self.index * width, (self.index + 1) * width)
+
+        @property
+        def weight(self) -> torch.Tensor:
+            weight = self._fused().weight
+            return weight[self._rows(weight.shape[0])]
+
+        @property
+        def bias(self) -> torch.Tensor | None:
+            bias = getattr(self._fused(), "bias", None)
+            return None if bias is None else bias[self._rows(bias.shape[0])]
+
+        @property
+        def in_features(self) -> int:
+            return self._fused().in_features
+
+        @property
+        def out_features(self) -> int:
+            return self._fused().out_features // self.parts
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            fused = self._fused()
+            if type(fused) is torch.nn.Linear:
+                return torch.nn.functional.linear(x, self.weight, self.bias)
+            # A swapped (e.g. quantized) fused module: run it whole, keep this projection's part.
+            out = fused(x)
+            return out[..., self._rows(out.shape[-1])]
+
+        def extra_repr(self) -> str:
+            return f"{self.fused}[{self.index}/{self.parts}]"
+
+    return FusedSlice
+
+
+#: Fused linear -> the projections diffusers' ``fuse_projections`` concatenated into it, in order.
+_FUSED_PARTS: dict[str, tuple[str, ...]] = {
+    "to_qkv": ("to_q", "to_k", "to_v"),
+    "to_kv": ("to_k", "to_v"),
+    "to_added_qkv": ("add_q_proj", "add_k_proj", "add_v_proj"),
+    "to_added_kv": ("add_k_proj", "add_v_proj"),
+}
+
+
 def fuse_qkv(module: Any) -> int:
     """Fuse Q/K/V (or K/V) projections of attention modules whose processor supports it.
 
-    diffusers' ``fuse_projections`` keeps the unfused weights; we drop them afterwards so fusing
-    costs no memory (the fused processor path never reads them). Returns the modules fused.
+    diffusers' ``fuse_projections`` keeps the unfused weights. We replace each unfused projection
+    by a weight-free ``FusedSlice`` of the fused linear, so fusing costs no memory while
+    every attribute a processor reads stays set (never ``None``) and still computes the same
+    projection. Returns the number of attention modules fused.
     """
+    import torch
+
+    slice_cls = _fused_slice_class()
     fused = 0
-    for attn in module.modules():
+    for attn in list(module.modules()):
         fuse = getattr(attn, "fuse_projections", None)
         if fuse is None or getattr(attn, "fused_projections", False):
             continue
@@ -163,10 +240,16 @@ def fuse_qkv(module: Any) -> int:
         if not getattr(attn, "fused_projections", False):
             continue
         fused += 1
-        if hasattr(attn, "to_qkv"):
-            attn.to_q = attn.to_k = attn.to_v = None
-        elif hasattr(attn, "to_kv"):
-            attn.to_k = attn.to_v = None
-        if hasattr(attn, "to_added_kv"):
-            attn.add_k_proj = attn.add_v_proj = None
+        for fused_name, parts in _FUSED_PARTS.items():
+            target = getattr(attn, fused_name, None)
+            if not isinstance(target, torch.nn.Linear):
+                continue
+            if not all(isinstance(getattr(attn, p, None), torch.nn.Linear) for p in parts):
+                continue  # not the layout we know: keep the unfused weights
+            if target.out_features != sum(getattr(attn, p).out_features for p in parts):
+                continue
+            if len({getattr(attn, p).out_features for p in parts}) != 1:
+                continue  # unequal widths: a row slice per projection would be wrong
+            for index, name in enumerate(parts):
+                setattr(attn, name, slice_cls(attn, fused_name, index, len(parts)))
     return fused
