@@ -57,6 +57,39 @@ def parse_dtype(dtype: Any, default: str) -> Any:
     return value
 
 
+def resolve_model_reference(
+    model: str | Path, pipeline: str | None = None, registry: Any = None
+) -> tuple[str | Path, dict[str, Any]]:
+    """``(model, extra Omni keywords)`` after speech pipelines had a chance to claim ``model``.
+
+    References without a checkpoint config (the ``piper`` alias, a Piper voice folder or
+    ``.onnx`` file) are mapped by :func:`omni_core.audio.resolve_speech_model` to a folder plus
+    ``pipeline=``/``default_voice=``. That lookup imports the speech pipeline classes, so it only
+    runs when it can matter: no pipeline chosen, and ``model`` is either a registered speech
+    pipeline's name (``piper``, ``piper:default``) or a local path without ``model_index.json`` /
+    ``config.json``. Checkpoint folders and Hub ids go straight to the normal lookup.
+    """
+    if pipeline is not None:
+        return model, {}
+    ref = str(model)
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        if (path / "model_index.json").exists() or (path / "config.json").exists():
+            return model, {}
+    elif not path.is_file():
+        if registry is None:
+            from omni_core.plugins import get_registry
+
+            registry = get_registry()
+        speech = {s.name for s in registry.pipelines.values() if s.modality == "speech"}
+        if ref.split(":", 1)[0] not in speech:
+            return model, {}
+    from omni_core.audio import resolve_speech_model
+
+    resolved, kwargs = resolve_speech_model(ref, registry)
+    return (resolved if kwargs else model), kwargs
+
+
 class Omni:
     """Load a model through the installed plugins and generate with it.
 
@@ -90,7 +123,12 @@ class Omni:
 
         registry = get_registry()
         platform = current_platform()
-        self.path = resolve_model_path(model, revision=revision)
+        ref, claimed = resolve_model_reference(model, pipeline, registry)
+        if claimed:
+            pipeline = claimed.pop("pipeline", pipeline)
+            for key, value in claimed.items():
+                options.setdefault(key, value)
+        self.path = resolve_model_path(ref, revision=revision)
         self.spec = find_pipeline(registry, self.path, pipeline)
         self.model_id = str(model)
         attention_config = _as_config(attention, AttentionConfig, "attention")
@@ -154,10 +192,35 @@ class Omni:
         self.close()
 
     def request(self, prompt: str | None = None, **kwargs: Any) -> GenerationRequest:
-        """Build and validate a request: shared fields by name, the rest become extras."""
+        """Build and validate a request: shared fields by name, the rest become extras.
+
+        ``extras={...}`` is merged with the other unknown keywords (it holds pipeline-specific
+        fields only: a shared field such as ``seed`` inside it is refused, so it cannot be
+        silently ignored or shadow the keyword).
+        """
+        given = kwargs.pop("extras", None)
         shared = {k: v for k, v in kwargs.items() if k in _SHARED_FIELDS}
         extras = {k: v for k, v in kwargs.items() if k not in _SHARED_FIELDS}
-        extras.update(shared.pop("extras", None) or {})
+        if given is not None:
+            if not isinstance(given, dict):
+                raise InvalidRequestError(
+                    f"extras: expected a dict, got {type(given).__name__}", param="extras"
+                )
+            misplaced = sorted(k for k in given if k in _SHARED_FIELDS or k == "request_id")
+            if misplaced:
+                raise InvalidRequestError(
+                    f"extras: {', '.join(map(repr, misplaced))} "
+                    f"{'is a shared field' if len(misplaced) == 1 else 'are shared fields'}; "
+                    "pass it as a keyword argument, not inside extras",
+                    param=f"extras.{misplaced[0]}",
+                )
+            twice = sorted(k for k in given if k in extras)
+            if twice:
+                raise InvalidRequestError(
+                    f"extras: {', '.join(map(repr, twice))} given both as a keyword and in extras",
+                    param=f"extras.{twice[0]}",
+                )
+            extras.update(given)
         if prompt is not None:
             shared["prompt"] = prompt
         if "images" in shared and not isinstance(shared["images"], list | tuple):

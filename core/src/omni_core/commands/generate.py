@@ -60,6 +60,80 @@ def generate() -> None:
     """Generate an image, a video or speech with an installed pipeline."""
 
 
+def acceleration_options(func: Any) -> Any:
+    """``--cache``, ``--cache-option``, ``--quantization``, ``--compile/--no-compile``.
+
+    Shared by ``omni generate video|image`` and ``omni serve``; :func:`acceleration_kwargs`
+    turns them into ``Omni(...)`` keywords.
+    """
+    options = [
+        click.option(
+            "--cache",
+            "cache",
+            metavar="NAME",
+            help="Step cache backend (see `omni list-plugins`), e.g. teacache. Lossy.",
+        ),
+        click.option(
+            "--cache-option",
+            "cache_options",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Option of the step cache (repeatable); VALUE is JSON when it parses.",
+        ),
+        click.option(
+            "--quantization",
+            metavar="NAME",
+            help="Quantizer of the denoiser's linear layers (see `omni list-plugins`), e.g. fp8.",
+        ),
+        click.option(
+            "--compile/--no-compile",
+            "compile_",
+            default=None,
+            help="torch.compile the repeated blocks (default: on for CUDA, off on CPU).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def acceleration_kwargs(
+    cache: str | None,
+    cache_options: tuple[str, ...],
+    quantization: str | None,
+    compile_: bool | None,
+) -> dict[str, Any]:
+    """The ``Omni(...)`` keywords of :func:`acceleration_options`, names checked now.
+
+    Unknown cache backends or quantizers raise ConfigError (exit 2) from the registry, before
+    any weights load; the registry holds only specs, so this imports no torch.
+    """
+    from omni_core.errors import ConfigError
+    from omni_core.plugins import get_registry
+
+    kwargs: dict[str, Any] = {}
+    if cache_options and not cache:
+        raise click.BadParameter("needs --cache NAME", param_hint="--cache-option")
+    registry = get_registry()
+    if cache:
+        if cache not in registry.cache_backends:
+            known = ", ".join(sorted(registry.cache_backends)) or "none"
+            raise ConfigError(f"cache.backend: unknown cache backend {cache!r}; known: {known}")
+        opts = _key_values(cache_options, "--cache-option")
+        kwargs["cache"] = {"backend": cache, "options": opts}
+    if quantization:
+        if quantization not in registry.quantizers:
+            known = ", ".join(sorted(registry.quantizers)) or "none"
+            raise ConfigError(
+                f"quantization.method: unknown quantizer {quantization!r}; known: {known}"
+            )
+        kwargs["quantization"] = quantization
+    if compile_ is not None:
+        # omni_core.acceleration.apply_acceleration reads options.extra["compile"].
+        kwargs["compile"] = compile_
+    return kwargs
+
+
 def _common_options(func: Any) -> Any:
     options = [
         click.option("--seed", type=click.IntRange(0, 2**63 - 1), help="Noise seed."),
@@ -103,7 +177,7 @@ def _common_options(func: Any) -> Any:
     ]
     for option in reversed(options):
         func = option(func)
-    return func
+    return acceleration_options(func)
 
 
 @generate.command("video")
@@ -194,17 +268,21 @@ def parse_size(size: str | None, height: int | None, width: int | None) -> tuple
 
 def parse_extras(items: tuple[str, ...]) -> dict[str, Any]:
     """``key=value`` pairs; values parsed as JSON when possible (``3``, ``true``, ``[1,2]``)."""
-    extras: dict[str, Any] = {}
+    return _key_values(items, "--extra")
+
+
+def _key_values(items: tuple[str, ...], hint: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--extra")
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=hint)
         try:
-            extras[key] = json.loads(raw)
+            out[key] = json.loads(raw)
         except json.JSONDecodeError:
-            extras[key] = raw
-    return extras
+            out[key] = raw
+    return out
 
 
 def _load_images(paths: tuple[Path, ...]) -> list[Any]:
@@ -243,6 +321,10 @@ def _run(
     cfg_parallel_size: int,
     ulysses_degree: int,
     quiet: bool,
+    cache: str | None = None,
+    cache_options: tuple[str, ...] = (),
+    quantization: str | None = None,
+    compile_: bool | None = None,
     num_frames: int | None = None,
     num_outputs: int = 1,
 ) -> tuple[Any, float]:
@@ -255,6 +337,7 @@ def _run(
     from omni_core.plugins import get_registry
 
     height, width = parse_size(size, height, width)
+    accel = acceleration_kwargs(cache, cache_options, quantization, compile_)
     fields: dict[str, Any] = {
         "prompt": prompt,
         "negative_prompt": negative_prompt,
@@ -288,7 +371,7 @@ def _run(
 
     from omni_core.api import Omni, _as_config, parse_dtype
     from omni_core.attention import AttentionRouter
-    from omni_core.config import AttentionConfig
+    from omni_core.config import AttentionConfig, CacheConfig
     from omni_core.platforms import current_platform
 
     # Options Omni would reject only after a moment's work: check them now, loudly.
@@ -297,6 +380,8 @@ def _run(
     AttentionRouter.build(
         _as_config(attention_backend, AttentionConfig, "attention"), get_registry(), platform
     )
+    if "cache" in accel:
+        _as_config(accel["cache"], CacheConfig, "cache")
 
     if not quiet:
         click.echo(f"loading {model} with {spec.name} ...", err=True)
@@ -309,6 +394,7 @@ def _run(
         attention=attention_backend,
         cfg_parallel_size=cfg_parallel_size,
         ulysses_degree=ulysses_degree,
+        **accel,
     ) as omni:
         request = omni.pipeline.validate(request)
         bar = _ProgressBar(quiet)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from omni_core.commands.generate import acceleration_kwargs, acceleration_options
+
 
 def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, str]]:
     """MODEL arguments (optionally ``ID=PATH``) and ``--name`` aliases -> (id, path) pairs."""
@@ -35,12 +37,16 @@ def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, s
 
 def _preflight(config: object) -> None:
     """Fail before binding a port when a model cannot be found or no pipeline serves it."""
+    from omni_core.api import resolve_model_reference
     from omni_core.pipelines.loading import find_pipeline, resolve_model_path
     from omni_core.plugins import get_registry
 
+    registry = get_registry()
     for source in config.models:  # type: ignore[attr-defined]
-        path = resolve_model_path(source.path)
-        find_pipeline(get_registry(), path, source.pipeline)
+        # Omni(...) maps speech references (``piper``, a voice folder) the same way.
+        ref, claimed = resolve_model_reference(source.path, source.pipeline, registry)
+        path = resolve_model_path(ref)
+        find_pipeline(registry, path, claimed.get("pipeline", source.pipeline))
 
 
 @click.command("serve")
@@ -102,6 +108,7 @@ def _preflight(config: object) -> None:
     help="Loading option for every model, passed to Omni(...): e.g. cache=teacache, "
     "quantization=fp8, cfg_batch=true (VALUE is JSON when it parses, else a string).",
 )
+@acceleration_options
 @click.option(
     "--max-upload-mb",
     default=20.0,
@@ -161,6 +168,10 @@ def serve(
     dtype: str | None,
     attention_backend: str | None,
     load_options: tuple[str, ...],
+    cache: str | None,
+    cache_options: tuple[str, ...],
+    quantization: str | None,
+    compile_: bool | None,
     max_upload_mb: float,
     allowed_url_hosts: str,
     max_steps: int | None,
@@ -200,6 +211,13 @@ def serve(
             options[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:
             options[key.strip()] = raw
+    for key, value in acceleration_kwargs(cache, cache_options, quantization, compile_).items():
+        if key in options:
+            raise click.BadParameter(
+                f"{key} is set twice: by --option {key}=... and by --{key}",
+                param_hint="--option",
+            )
+        options[key] = value
     hosts = tuple(h.strip() for h in allowed_url_hosts.split(",") if h.strip())
     if host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         click.echo(
