@@ -86,9 +86,9 @@ def test_integration_acceleration_kwargs_checks_names() -> None:
         "quantization": "fp8",
         "compile": False,
     }
-    with pytest.raises(ConfigError, match="cache.backend: unknown cache backend 'nope'"):
+    with pytest.raises(ConfigError, match=r"cache\.backend: unknown cache backend 'nope'"):
         acceleration_kwargs("nope", (), None, None)
-    with pytest.raises(ConfigError, match="quantization.method: unknown quantizer 'nope'"):
+    with pytest.raises(ConfigError, match=r"quantization\.method: unknown quantizer 'nope'"):
         acceleration_kwargs(None, (), "nope", None)
 
 
