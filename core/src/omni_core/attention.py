@@ -44,9 +44,13 @@ def backend_availability(spec: AttentionBackendSpec, device_type: str) -> Availa
 
 
 def resolve_backend(
-    name: str, registry: Registry, platform: Platform
+    name: str, registry: Registry, platform: Platform, *, field: str = "attention.backend"
 ) -> AttentionBackendSpec:
-    """Turn a configured backend name (or ``auto``) into a usable spec, or raise ConfigError."""
+    """Turn a configured backend name (or ``auto``) into a usable spec, or raise ConfigError.
+
+    ``field`` is the setting the name came from (``attention.cross`` for a per-role override),
+    so the error points at the value to fix.
+    """
     backends = registry.attention_backends
     if name == "auto":
         candidates = [backends[n] for n in platform.preferred_attention_backends if n in backends]
@@ -57,15 +61,17 @@ def resolve_backend(
         for spec in candidates:
             if backend_availability(spec, platform.device_type).available:
                 return spec
-        raise ConfigError(f"no attention backend is usable on platform {platform.name!r}")
+        raise ConfigError(
+            f"{field}: no attention backend is usable on platform {platform.name!r}"
+        )
     spec = backends.get(name)
     if spec is None:
         known = ", ".join(sorted(backends))
-        raise ConfigError(f"attention.backend: unknown attention backend {name!r}; known: {known}")
+        raise ConfigError(f"{field}: unknown attention backend {name!r}; known: {known}")
     availability = backend_availability(spec, platform.device_type)
     if not availability.available:
         raise ConfigError(
-            f"attention.backend: {name!r} cannot run on platform {platform.name!r}: "
+            f"{field}: {name!r} cannot run on platform {platform.name!r}: "
             f"{availability.reason}"
         )
     return spec
@@ -84,8 +90,14 @@ class AttentionRouter:
     ) -> AttentionRouter:
         functions: dict[str, AttentionFn] = {}
         names: dict[str, str] = {}
+        overrides = {
+            "self": config.self_attention,
+            "cross": config.cross_attention,
+            "joint": config.joint_attention,
+        }
         for role in ROLES:
-            spec = resolve_backend(config.for_role(role), registry, platform)
+            field = f"attention.{role}" if overrides[role] else "attention.backend"
+            spec = resolve_backend(config.for_role(role), registry, platform, field=field)
             functions[role] = spec.load()
             names[role] = spec.name
         return cls(functions=functions, names=names)
