@@ -235,19 +235,86 @@ class CacheStats:
         return {"calls": self.calls, "hits": self.hits, "hit_rate": round(self.hit_rate, 4)}
 
 
+#: First diffusers release with the per-call cache-context API (``CacheContext``,
+#: ``_set_cache_context``) that the step caches drive; 0.35-0.40 set contexts by name instead.
+MIN_DIFFUSERS_FOR_CACHES = "0.41"
+_REQUIRED_HOOKS_API = ("HookRegistry", "ModelHook", "StateManager", "CacheContext")
+
+
+def _hooks_api_gap(diffusers_hooks: Any) -> list[str]:
+    """Names the step caches need that this diffusers' ``hooks`` module lacks."""
+    missing = [name for name in _REQUIRED_HOOKS_API if not hasattr(diffusers_hooks, name)]
+    if not callable(getattr(diffusers_hooks, "_set_cache_context", None)):
+        missing.append("_set_cache_context")
+    return missing
+
+
+def _old_diffusers_message(missing: list[str]) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("diffusers")
+    except PackageNotFoundError:  # pragma: no cover - a source checkout without metadata
+        installed = "unknown"
+    return (
+        f"step caches need diffusers>={MIN_DIFFUSERS_FOR_CACHES} (installed: {installed}; "
+        f"diffusers.hooks lacks {', '.join(missing)}): "
+        f"pip install 'diffusers>={MIN_DIFFUSERS_FOR_CACHES}'"
+    )
+
+
 def _diffusers_hooks() -> Any:
     try:
         from diffusers.hooks import hooks as diffusers_hooks
     except ImportError as exc:  # pragma: no cover - diffusers is a runtime dependency
         raise ConfigError("step caches need diffusers (pip install 'omni-core[runtime]')") from exc
+    missing = _hooks_api_gap(diffusers_hooks)
+    if missing:
+        raise ConfigError(_old_diffusers_message(missing))
     return diffusers_hooks
+
+
+def _invalidate_child_registries(registry: Any) -> None:
+    """Drop the cached child-registry lists after hooks were added or removed.
+
+    diffusers 0.41+ caches each registry's children and offers
+    ``invalidate_child_registries_cache``; where that method is missing we clear the same
+    per-registry attribute ourselves (a no-op on releases that cache nothing).
+    """
+    invalidate = getattr(registry, "invalidate_child_registries_cache", None)
+    if callable(invalidate):
+        invalidate()
+        return
+    root = getattr(registry, "_module_ref", None)
+    if root is None:
+        return
+    root = getattr(root, "_orig_mod", root)
+    for _, mod in root.named_modules():
+        child = getattr(getattr(mod, "_orig_mod", mod), "_diffusers_hook", None)
+        if child is not None and hasattr(child, "_child_registries_cache"):
+            child._child_registries_cache = None
+
+
+def _child_registries(registry: Any) -> list[Any]:
+    """The registries under ``registry`` (diffusers' cached list where it has one)."""
+    get = getattr(registry, "_get_child_registries", None)
+    if callable(get):
+        return list(get())
+    root = registry._module_ref
+    root = getattr(root, "_orig_mod", root)
+    found = []
+    for name, mod in root.named_modules():
+        child = getattr(getattr(mod, "_orig_mod", mod), "_diffusers_hook", None)
+        if name and child is not None:
+            found.append(child)
+    return found
 
 
 def _registries(module: Any) -> list[Any]:
     hooks = _diffusers_hooks()
     root = hooks.HookRegistry.check_if_exists_or_initialize(module)
-    root.invalidate_child_registries_cache()
-    return [root, *root._get_child_registries()]
+    _invalidate_child_registries(root)
+    return [root, *_child_registries(root)]
 
 
 def _state_managers(module: Any) -> Iterator[Any]:
@@ -356,12 +423,10 @@ def _finish_apply(handle: CacheHandle, hook_names: tuple[str, ...]) -> CacheHand
         registry = hooks.HookRegistry.check_if_exists_or_initialize(handle.module)
         for name in names:
             registry.remove_hook(name, recurse=True)
-        registry.invalidate_child_registries_cache()
+        _invalidate_child_registries(registry)
 
     handle._remove = remove
-    hooks.HookRegistry.check_if_exists_or_initialize(
-        handle.module
-    ).invalidate_child_registries_cache()
+    _invalidate_child_registries(hooks.HookRegistry.check_if_exists_or_initialize(handle.module))
     return handle
 
 
@@ -885,8 +950,14 @@ def dbcache_available() -> Availability:
 
 
 def diffusers_hooks_available() -> Availability:
+    """diffusers' hook machinery, new enough for per-request cache contexts."""
     if importlib.util.find_spec("diffusers") is None:
         return Availability.no("diffusers not installed")
+    from diffusers.hooks import hooks as diffusers_hooks
+
+    missing = _hooks_api_gap(diffusers_hooks)
+    if missing:
+        return Availability.no(_old_diffusers_message(missing))
     return Availability.yes()
 
 
