@@ -16,13 +16,27 @@ def list_plugins(as_json: bool) -> None:
     """List installed plugins and what each provides (exits 0 even if some are broken)."""
     from omni_core.plugins import get_host
 
-    infos = get_host().infos()
+    host = get_host()
+    infos = host.infos()
+    # Fallback pipelines (e.g. the generic diffusers adapter) serve only what no first-class
+    # plugin claims; say so, so nobody mistakes them for a model family's plugin.
+    fallbacks = {name for name, spec in host.registry.pipelines.items() if spec.fallback}
     if as_json:
-        click.echo(json.dumps([i.as_dict() for i in infos], indent=2))
+        out = []
+        for info in infos:
+            entry = info.as_dict()
+            pipelines = entry["provides"].get("pipelines", [])
+            entry["fallback_pipelines"] = [p for p in pipelines if p in fallbacks]
+            out.append(entry)
+        click.echo(json.dumps(out, indent=2))
         return
     rows = [("PLUGIN", "DISTRIBUTION", "VERSION", "STATUS", "PROVIDES")]
     for info in infos:
-        provides = "; ".join(f"{k}: {', '.join(v)}" for k, v in info.provides.items() if v)
+        provides = "; ".join(
+            f"{k}: {', '.join(_label(n, k, fallbacks) for n in v)}"
+            for k, v in info.provides.items()
+            if v
+        )
         if not provides:
             provides = "(built-in) -" if info.builtin else "-"
         elif info.builtin:
@@ -39,3 +53,7 @@ def list_plugins(as_json: bool) -> None:
         click.echo("")
     for info in broken:
         click.secho(f"{info.name}: {info.error}", fg="red")
+
+
+def _label(name: str, kind: str, fallbacks: set[str]) -> str:
+    return f"{name} (fallback)" if kind == "pipelines" and name in fallbacks else name
