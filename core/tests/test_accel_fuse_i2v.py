@@ -110,3 +110,17 @@ def test_fused_model_state_dict_has_no_duplicates(i2v_transformer):
     assert "blocks.0.attn2.to_q.weight" in keys  # cross-attention Q is not fused: kept
     # fusing twice is a no-op
     assert fuse_qkv(model) == 0
+
+
+def test_fused_i2v_compiles_without_graph_breaks(i2v_transformer):
+    """The stand-ins are plain modules Dynamo traces through (the fused path never calls them)."""
+    from omni_core.acceleration.compile import compile_repeated_blocks
+
+    model = copy.deepcopy(i2v_transformer)
+    fuse_qkv(model)
+    report = compile_repeated_blocks(model, backend="aot_eager", fullgraph=True)
+    assert report.blocks == len(model.blocks)
+    inputs = _i2v_inputs(model)
+    torch.testing.assert_close(
+        _run(model, inputs), _run(i2v_transformer, inputs), rtol=1e-5, atol=1e-5
+    )
