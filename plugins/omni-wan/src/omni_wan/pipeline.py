@@ -308,20 +308,13 @@ class WanVideoPipeline(StagedPipeline):
                 path / "image_processor"
             )
         pipeline = cls(layout, components, options)  # routes attention first
-        from dataclasses import replace
-
         from omni_core.acceleration import apply_acceleration
 
-        accel_options = options
-        if layout.image_dim is not None:
-            # omni_core.acceleration's fuse_qkv drops add_k_proj after fusing, but diffusers'
-            # WanAttnProcessor tests `attn.add_k_proj is not None` to split the CLIP image
-            # tokens from the text: fusing would silently break Wan2.1 I2V. Keep it unfused.
-            accel_options = replace(options, extra={**options.extra, "fuse_qkv": False})
-        # Fused QKV, quantization, regional compile and the step cache, as configured.
+        # Fused QKV (safe for Wan2.1 I2V too: fusion keeps add_k_proj, which diffusers' processor
+        # reads to split the CLIP image tokens), quantization, regional compile, step cache.
         pipeline.accel = apply_acceleration(
             {n: components.get(n) for n in ("transformer", "transformer_2")},
-            accel_options,
+            options,
             pipeline_cls=cls,
         )
         return pipeline
