@@ -231,3 +231,18 @@ def test_apply_acceleration_validates_before_touching(registry):
     after = model.state_dict()
     assert before.keys() == after.keys()
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_core_fp8_refuses_rocm_builds(monkeypatch) -> None:
+    """On a HIP build the e4m3fn quantizer would write the wrong fp8 format for MI300."""
+    import torch
+
+    from omni_core.acceleration.quantization import fp8_available, torchao_fp8_available
+
+    assert fp8_available().available  # CPU torch: float8 + _scaled_mm exist
+    monkeypatch.setattr(torch.version, "hip", "6.2.0", raising=False)
+    verdict = fp8_available()
+    assert not verdict.available and "fp8-rocm" in verdict.reason
+    if torchao_fp8_available().reason.startswith("torchao not installed"):
+        return
+    assert not torchao_fp8_available().available

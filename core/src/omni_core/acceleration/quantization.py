@@ -251,6 +251,10 @@ def fp8_available() -> Availability:
 
     if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
         return Availability.no("this torch has no float8 / _scaled_mm")
+    if getattr(torch.version, "hip", None):
+        # MI300's matrix cores take float8_e4m3fnuz (max 240), not the e4m3fn (max 448) written
+        # here: a ROCm platform plugin supplies its own (omni-platform-rocm: fp8-rocm).
+        return Availability.no("ROCm build: fp8 format differs on AMD GPUs; use fp8-rocm")
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
         if (major, minor) < (8, 9):
