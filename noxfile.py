@@ -57,8 +57,11 @@ def demo(session: nox.Session) -> None:
     """The main job: tiny random-weight checkpoints through `omni generate`, then `omni serve`
     with one request of each kind through the official openai client, into ./out/."""
     install_workspace(session, core_extras="serve")
-    # The demo's client, and the default voice (piper-tts is GPL-3.0: an optional extra).
-    session.install("openai>=1.40", "-e", f"{ROOT / 'plugins' / 'omni-tts'}[piper]")
+    # The demo's clients (openai; httpx for /health and the voice list: recent openai releases
+    # no longer bring it) and the default voice (piper-tts is GPL-3.0: an optional extra).
+    session.install(
+        "openai>=1.40", "httpx>=0.27", "-e", f"{ROOT / 'plugins' / 'omni-tts'}[piper]"
+    )
     session.run("python", str(ROOT / "demo" / "run_demo.py"), *session.posargs)
 
 
