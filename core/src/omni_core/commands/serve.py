@@ -100,6 +100,20 @@ def _preflight(config: object) -> None:
 @click.option("--dtype", default=None, help="bfloat16 | float16 | float32.")
 @click.option("--attention-backend", default=None, help="Attention backend for every role.")
 @click.option(
+    "--cfg-parallel-size",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 2),
+    help="2: run CFG's two branches on two devices (one worker process each).",
+)
+@click.option(
+    "--ulysses-degree",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Split each sequence over N devices (Ulysses).",
+)
+@click.option(
     "--option",
     "-o",
     "load_options",
@@ -167,6 +181,8 @@ def serve(
     device: str | None,
     dtype: str | None,
     attention_backend: str | None,
+    cfg_parallel_size: int,
+    ulysses_degree: int,
     load_options: tuple[str, ...],
     cache: str | None,
     cache_options: tuple[str, ...],
@@ -237,6 +253,8 @@ def serve(
             device=device,
             dtype=dtype,
             attention_backend=attention_backend,
+            cfg_parallel_size=cfg_parallel_size,
+            ulysses_degree=ulysses_degree,
             max_upload_mb=max_upload_mb,
             allowed_url_hosts=hosts,
             warmup=not no_warmup,

@@ -106,6 +106,9 @@ class ServerConfig(BaseModel):
     device: str | None = None
     dtype: str | None = None
     attention_backend: str | None = None
+    #: Parallel layout of the served models (one worker process per device; see parallelism docs).
+    cfg_parallel_size: int = Field(1, ge=1, le=2)
+    ulysses_degree: int = Field(1, ge=1)
     max_upload_mb: float = Field(20.0, gt=0)
     max_images: int = Field(8, ge=1, le=64)
     allowed_url_hosts: tuple[str, ...] = ()
@@ -208,6 +211,9 @@ class ServerState:
             options: dict[str, Any] = dict(self.config.options)
             if self.config.attention_backend:
                 options["attention"] = self.config.attention_backend
+            if self.config.cfg_parallel_size * self.config.ulysses_degree > 1:
+                options.setdefault("cfg_parallel_size", self.config.cfg_parallel_size)
+                options.setdefault("ulysses_degree", self.config.ulysses_degree)
             omni = Omni(
                 served.source.path,
                 pipeline=served.source.pipeline,
@@ -295,6 +301,9 @@ class ServerState:
             thread.start()
         for thread in stoppers:
             thread.join()
+        for served in self.models.values():  # parallel workers: leave no process behind
+            if served.omni is not None and served.id not in self.preloaded:
+                served.omni.close()
         self.io.shutdown(wait=True)
         if self.store is not None:
             self.store.close()
@@ -693,6 +702,11 @@ def create_app(config: ServerConfig, *, preloaded: dict[str, Any] | None = None)
 
     @app.get("/health", summary="200 once every model is loaded and warmed, 503 before")
     async def health() -> JSONResponse:
+        for m in state.models.values():
+            # A parallel model whose worker process died: its requests fail, /health says why.
+            if m.status == "ready" and m.omni is not None and not m.omni.healthy:
+                m.status = "failed"
+                m.error = getattr(m.omni.pipeline, "health_reason", None) or "workers died"
         models = {m.id: m.status for m in state.models.values()}
         ready = all(s == "ready" for s in models.values()) and not state.stopping
         body: dict[str, Any] = {"status": "ok" if ready else "unavailable", "models": models}
