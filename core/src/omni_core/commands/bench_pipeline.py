@@ -1105,9 +1105,10 @@ DEFAULT_MODES = ("bf16", "bf16-compiled", "fp8", "cache:teacache", "cache:first-
     "--out",
     "out",
     type=click.Path(path_type=Path),
-    default=Path("bench/results/pipeline-h200.json"),
+    default=Path("pipeline-bench.json"),
     show_default=True,
-    help="JSON rows; a PNG plot and a .meta.json are written beside it.",
+    help="JSON rows; a PNG plot and a .meta.json are written beside it. (The repository's "
+    "committed results live in bench/results/.)",
 )
 @click.option(
     "--workload",
