@@ -211,7 +211,7 @@ def test_omni_rejects_unsupported_or_unknown(toy_host, toy_checkpoint):
 
 def test_sdpa_auto_matches_sdpa_and_picks_by_shape(monkeypatch):
     from omni_core.builtins import attention_extra as ax
-    from omni_core.builtins.attention import sdpa
+    from omni_core.kernels.sdpa import sdpa
 
     q, k, v = (torch.randn(1, 20, 2, 16) for _ in range(3))
     torch.testing.assert_close(ax.sdpa_auto(q, k, v), sdpa(q, k, v))

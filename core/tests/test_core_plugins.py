@@ -22,14 +22,14 @@ OMNI_PLUGIN_API = "1.0"
 @hookimpl
 def omni_register_attention_backends(register):
     register(AttentionBackendSpec(
-        name="{name}", implementation="omni_core.builtins.attention:sdpa", device_types=("cpu",),
+        name="{name}", implementation="omni_core.kernels.sdpa:sdpa", device_types=("cpu",),
     ))
 """
 
 
 def _backend(name: str, **kw: object) -> AttentionBackendSpec:
     return AttentionBackendSpec(
-        name=name, implementation="omni_core.builtins.attention:sdpa", device_types=("cpu",), **kw
+        name=name, implementation="omni_core.kernels.sdpa:sdpa", device_types=("cpu",), **kw
     )
 
 
@@ -70,10 +70,10 @@ def test_api_compatibility_rule(declared: str, provided: str, ok: bool) -> None:
 def test_wrong_api_major_is_reported_and_not_loaded() -> None:
     host = _host()
     plugin = Registers(_backend("future"))
-    plugin.OMNI_PLUGIN_API = "2.0"
+    plugin.OMNI_PLUGIN_API = "3.0"
     info = host.register_object("future-plugin", plugin)
     assert info.status == "error"
-    assert "plugin API 2.0" in (info.error or "") and PLUGIN_API_VERSION in (info.error or "")
+    assert "plugin API 3.0" in (info.error or "") and PLUGIN_API_VERSION in (info.error or "")
     assert "future" not in host.registry.attention_backends
     assert host.pm.get_plugin("future-plugin") is None
 
@@ -215,7 +215,7 @@ def test_entry_point_plugins_good_broken_and_wrong_api(
     assert "ImportError: missing vendor library libfoo.so" in (broken.error or "")
     future = infos["omni-test-future"]
     assert future.status == "error" and future.version == "3.1.4"
-    assert "plugin API 2.0" in (future.error or "") and "omni-test-future" in (future.error or "")
+    assert "plugin API 3.0" in (future.error or "") and "omni-test-future" in (future.error or "")
     assert infos["omni-test-nohooks"].status == "ok"
     assert "from-entry-point" in host.registry.attention_backends
 
@@ -278,7 +278,7 @@ def test_discoverable_helper_validates_references(
     registry = assert_plugin_discoverable("omni-test-ok")
     assert registry.attention_backends["ok"].plugin == "omni-test-ok"
     dangling = GOOD_PLUGIN.format(name="dangling").replace(
-        "omni_core.builtins.attention:sdpa", "omni_test_missing.kernels:attn"
+        "omni_core.kernels.sdpa:sdpa", "omni_test_missing.kernels:attn"
     )
     omni_temp_distribution("omni-test-dangling", {"omni_test_dangling.plugin": dangling})
     with pytest.raises(AssertionError, match=r"module 'omni_test_missing\.kernels' does not exist"):

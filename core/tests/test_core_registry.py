@@ -17,7 +17,7 @@ from omni_core.registry import (
 
 def _attention(name: str = "fast", **kw: object) -> AttentionBackendSpec:
     return AttentionBackendSpec(
-        name=name, implementation="omni_core.builtins.attention:sdpa", device_types=("cpu",), **kw
+        name=name, implementation="omni_core.kernels.sdpa:sdpa", device_types=("cpu",), **kw
     )
 
 
@@ -33,7 +33,7 @@ def _attention(name: str = "fast", **kw: object) -> AttentionBackendSpec:
 def test_invalid_spec_fields_are_rejected_naming_the_field(field: str, value: str) -> None:
     kwargs: dict[str, object] = {
         "name": "ok",
-        "implementation": "omni_core.builtins.attention:sdpa",
+        "implementation": "omni_core.kernels.sdpa:sdpa",
         "device_types": ("cpu",),
         field: value,
     }

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from omni_core.attention import AttentionRouter, use_router
-from omni_core.builtins.attention import sdpa
+from omni_core.kernels.sdpa import sdpa
 from omni_core.pipelines.diffusers_attention import route_attention, unroute_attention
 
 

@@ -1,7 +1,13 @@
-"""omni-core: the plugin SDK and runtime of omni.
+"""omni-core: the plugin SDK and runtime of omni. ``import omni_core`` is the whole public SDK.
 
-Importing this package is cheap on purpose (no torch): heavy names such as :class:`Omni` are
-resolved lazily on first attribute access, so `omni --help` and `omni list-plugins` stay fast.
+Everything a plugin author needs is a name in :data:`__all__`: the hook marker, the specs a hook
+registers, the pipeline base classes (the typed contract the core reads), the request/result
+types, the acceleration and parallelism entry points, the benchmark workload base and the
+errors. Modules not reached through these names are internal and may change in any release.
+
+Importing this package is cheap on purpose (no torch, no pydantic): every name except the hook
+marker and the versions resolves lazily on first access, so ``omni --help`` and
+``omni list-plugins`` stay fast.
 """
 
 from __future__ import annotations
@@ -11,21 +17,115 @@ from typing import TYPE_CHECKING, Any
 
 from omni_core.hookspecs import hookimpl
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: The plugin API version. A plugin declares the version it was built for as a module attribute
-#: ``OMNI_PLUGIN_API = "1.0"``; plugins of another major version are reported and not loaded.
-PLUGIN_API_VERSION = "1.0"
+#: ``OMNI_PLUGIN_API = "2.0"``; plugins of another major version are reported and not loaded.
+#: 2.0 (omni-core 0.2): denoiser knowledge is registered (``omni_register_denoisers``), the
+#: pipeline base classes declare every member the core reads, benchmarks are registered.
+PLUGIN_API_VERSION = "2.0"
 
-_LAZY = {
+#: Public name -> ``"module:attr"``; resolved on first access.
+_LAZY: dict[str, str] = {
+    # the Python API
     "Omni": "omni_core.api:Omni",
-    "GenerationResult": "omni_core.pipelines.base:GenerationResult",
+    # specs registered through the hooks
+    "Availability": "omni_core.registry:Availability",
+    "PipelineSpec": "omni_core.registry:PipelineSpec",
+    "PipelineCapabilities": "omni_core.registry:PipelineCapabilities",
+    "AttentionBackendSpec": "omni_core.registry:AttentionBackendSpec",
+    "CacheBackendSpec": "omni_core.registry:CacheBackendSpec",
+    "QuantizerSpec": "omni_core.registry:QuantizerSpec",
+    "PlatformSpec": "omni_core.registry:PlatformSpec",
+    "DenoiserSpec": "omni_core.registry:DenoiserSpec",
+    "BenchmarkSpec": "omni_core.registry:BenchmarkSpec",
+    # the pipeline contract
+    "Pipeline": "omni_core.pipelines.base:Pipeline",
+    "StagedPipeline": "omni_core.pipelines.base:StagedPipeline",
+    "SpeechPipeline": "omni_core.pipelines.base:SpeechPipeline",
+    "StreamingSpeechPipeline": "omni_core.audio.speech:StreamingSpeechPipeline",
+    "DenoiseState": "omni_core.pipelines.base:DenoiseState",
+    "PipelineOptions": "omni_core.pipelines.base:PipelineOptions",
     "GenerationRequest": "omni_core.pipelines.base:GenerationRequest",
+    "GenerationResult": "omni_core.pipelines.base:GenerationResult",
+    "NoExtras": "omni_core.pipelines.base:NoExtras",
+    "AudioChunk": "omni_core.pipelines.base:AudioChunk",
+    "Voice": "omni_core.pipelines.base:Voice",
+    # building blocks for pipelines
+    "ScheduleTable": "omni_core.pipelines.schedule:ScheduleTable",
+    "route_attention": "omni_core.pipelines.diffusers_attention:route_attention",
+    "dtype_kwargs": "omni_core.pipelines.diffusers_utils:dtype_kwargs",
+    "resolve_model_path": "omni_core.pipelines.loading:resolve_model_path",
+    "split_sentences": "omni_core.audio.speech:split_sentences",
+    # what the core knows about a denoiser class (registered by its model plugin)
+    "DenoiserAdapter": "omni_core.denoisers:DenoiserAdapter",
+    "SequencePlan": "omni_core.denoisers:SequencePlan",
+    # acceleration and parallelism
+    "apply_acceleration": "omni_core.acceleration:apply_acceleration",
+    "AccelerationReport": "omni_core.acceleration:AccelerationReport",
+    "cache_key": "omni_core.acceleration:cache_key",
+    "QuantReport": "omni_core.acceleration.quantization:QuantReport",
+    "parallelize_denoiser": "omni_core.distributed.parallelize:parallelize_denoiser",
+    # platforms and kernels
+    "Platform": "omni_core.platforms:Platform",
+    "CudaPlatform": "omni_core.platforms:CudaPlatform",
+    "sdpa": "omni_core.kernels.sdpa:sdpa",
+    # benchmarks
+    "Workload": "omni_core.benchmark:Workload",
+    # errors
+    "OmniError": "omni_core.errors:OmniError",
+    "ConfigError": "omni_core.errors:ConfigError",
+    "InvalidRequestError": "omni_core.errors:InvalidRequestError",
+    "ModelNotFoundError": "omni_core.errors:ModelNotFoundError",
+    "PlatformError": "omni_core.errors:PlatformError",
+    "PluginError": "omni_core.errors:PluginError",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from omni_core.acceleration import AccelerationReport, apply_acceleration, cache_key
+    from omni_core.acceleration.quantization import QuantReport
     from omni_core.api import Omni
-    from omni_core.pipelines.base import GenerationRequest, GenerationResult
+    from omni_core.audio.speech import StreamingSpeechPipeline, split_sentences
+    from omni_core.benchmark import Workload
+    from omni_core.denoisers import DenoiserAdapter, SequencePlan
+    from omni_core.distributed.parallelize import parallelize_denoiser
+    from omni_core.errors import (
+        ConfigError,
+        InvalidRequestError,
+        ModelNotFoundError,
+        OmniError,
+        PlatformError,
+        PluginError,
+    )
+    from omni_core.kernels.sdpa import sdpa
+    from omni_core.pipelines.base import (
+        AudioChunk,
+        DenoiseState,
+        GenerationRequest,
+        GenerationResult,
+        NoExtras,
+        Pipeline,
+        PipelineOptions,
+        SpeechPipeline,
+        StagedPipeline,
+        Voice,
+    )
+    from omni_core.pipelines.diffusers_attention import route_attention
+    from omni_core.pipelines.diffusers_utils import dtype_kwargs
+    from omni_core.pipelines.loading import resolve_model_path
+    from omni_core.pipelines.schedule import ScheduleTable
+    from omni_core.platforms import CudaPlatform, Platform
+    from omni_core.registry import (
+        AttentionBackendSpec,
+        Availability,
+        BenchmarkSpec,
+        CacheBackendSpec,
+        DenoiserSpec,
+        PipelineCapabilities,
+        PipelineSpec,
+        PlatformSpec,
+        QuantizerSpec,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -38,11 +138,55 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
 __all__ = [
     "PLUGIN_API_VERSION",
+    "AccelerationReport",
+    "AttentionBackendSpec",
+    "AudioChunk",
+    "Availability",
+    "BenchmarkSpec",
+    "CacheBackendSpec",
+    "ConfigError",
+    "CudaPlatform",
+    "DenoiseState",
+    "DenoiserAdapter",
+    "DenoiserSpec",
     "GenerationRequest",
     "GenerationResult",
+    "InvalidRequestError",
+    "ModelNotFoundError",
+    "NoExtras",
     "Omni",
+    "OmniError",
+    "Pipeline",
+    "PipelineCapabilities",
+    "PipelineOptions",
+    "PipelineSpec",
+    "Platform",
+    "PlatformError",
+    "PlatformSpec",
+    "PluginError",
+    "QuantReport",
+    "QuantizerSpec",
+    "ScheduleTable",
+    "SequencePlan",
+    "SpeechPipeline",
+    "StagedPipeline",
+    "StreamingSpeechPipeline",
+    "Voice",
+    "Workload",
     "__version__",
+    "apply_acceleration",
+    "cache_key",
+    "dtype_kwargs",
     "hookimpl",
+    "parallelize_denoiser",
+    "resolve_model_path",
+    "route_attention",
+    "sdpa",
+    "split_sentences",
 ]

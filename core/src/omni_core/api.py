@@ -13,6 +13,7 @@ from omni_core.config import (
     ParallelConfig,
     QuantizationConfig,
 )
+from omni_core.dtypes import parse_dtype
 from omni_core.errors import ConfigError, InvalidRequestError
 from omni_core.pipelines.base import (
     AudioChunk,
@@ -42,19 +43,6 @@ def _as_config(value: Any, model: type, field: str) -> Any:
         return model.model_validate(value)
     except ValidationError as exc:
         raise ConfigError(f"{field}: {exc}") from None
-
-
-def parse_dtype(dtype: Any, default: str) -> Any:
-    import torch
-
-    if dtype is None:
-        dtype = default
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    value = getattr(torch, str(dtype).removeprefix("torch."), None)
-    if not isinstance(value, torch.dtype):
-        raise ConfigError(f"dtype: unknown dtype {dtype!r} (use bfloat16, float16 or float32)")
-    return value
 
 
 def resolve_model_reference(
@@ -145,6 +133,7 @@ class Omni:
             quantization=_as_config(quantization, QuantizationConfig, "quantization"),
             parallel=parallel,
             extra=options,
+            spec=self.spec,
         )
         t0 = time.perf_counter()
         if parallel.cfg_parallel_size * parallel.ulysses_degree > 1:
@@ -177,13 +166,11 @@ class Omni:
     @property
     def healthy(self) -> bool:
         """False once a parallel worker group died (a local pipeline is always healthy)."""
-        return bool(getattr(self.pipeline, "healthy", True))
+        return self.pipeline.healthy
 
     def close(self) -> None:
         """Stop parallel workers, if any (idempotent; a local pipeline needs nothing)."""
-        closer = getattr(self.pipeline, "close", None)
-        if callable(closer):
-            closer()
+        self.pipeline.close()
 
     def __enter__(self) -> Omni:
         return self

@@ -148,7 +148,7 @@ def dispatch_attention(
     """Attention over ``[B, S, H, D]`` tensors through the active router (SDPA if none)."""
     router = _ACTIVE.get()
     if router is None:
-        from omni_core.builtins.attention import sdpa
+        from omni_core.kernels.sdpa import sdpa
 
         return sdpa(q, k, v, attn_mask=attn_mask, scale=scale)
     return router(q, k, v, role=role, attn_mask=attn_mask, scale=scale)

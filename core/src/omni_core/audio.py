@@ -685,8 +685,8 @@ def resolve_speech_model(
 
     Checkpoints with a ``config.json`` go through the normal architecture lookup. Speech
     pipelines may also claim references that have none (a Piper voice folder, a ``.onnx`` file,
-    an alias such as ``piper``) through an optional classmethod
-    ``resolve_model(model) -> (folder, default_voice) | None``; then the pipeline is chosen
+    an alias such as ``piper``) through the classmethod
+    :meth:`~omni_core.pipelines.base.Pipeline.resolve_model`; then the pipeline is chosen
     explicitly. ``None`` means :data:`DEFAULT_SPEECH_MODEL`.
     """
     from omni_core.errors import ModelNotFoundError
@@ -707,11 +707,7 @@ def resolve_speech_model(
         (path / "model_index.json").exists() or (path / "config.json").exists()
     )
     for spec in sorted(speech, key=lambda s: s.name):
-        cls = spec.load()
-        resolver = getattr(cls, "resolve_model", None)
-        if resolver is None:
-            continue
-        claimed = resolver(ref)
+        claimed = spec.load().resolve_model(ref)
         if claimed is not None:
             folder, voice = claimed
             kwargs: dict[str, Any] = {"pipeline": spec.name}

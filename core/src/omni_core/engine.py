@@ -193,9 +193,9 @@ class Engine:
         self._thread: threading.Thread | None = None
         #: Mean seconds per finished request, for Retry-After estimates.
         self._mean_service_s = 1.0
-        options = getattr(pipeline, "options", None)
-        self._platform = getattr(options, "platform", None)
-        self._device = getattr(options, "device", None)
+        options = pipeline.options
+        self._platform = options.platform if options is not None else None
+        self._device = options.device if options is not None else None
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -18,7 +18,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from omni_core.registry import (
         AttentionBackendSpec,
+        BenchmarkSpec,
         CacheBackendSpec,
+        DenoiserSpec,
         PipelineSpec,
         PlatformSpec,
         QuantizerSpec,
@@ -78,6 +80,32 @@ def omni_register_platforms(register: Callable[[PlatformSpec], None]) -> None:
 
 
 @hookspec
+def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
+    """Describe denoiser classes to acceleration and parallelism.
+
+    Call ``register(DenoiserSpec(...))`` once per denoiser class family your pipelines run
+    (e.g. diffusers' ``WanTransformer3DModel``). The implementation is a
+    :class:`omni_core.DenoiserAdapter` (or a ``(module) -> DenoiserAdapter`` function): which
+    ModuleLists hold the repeated blocks (regional compile, quantization, step caches), whether
+    fused QKV is exact, TeaCache/MagCache calibration data, and the :class:`omni_core.SequencePlan`
+    that Ulysses sequence parallelism cuts the blocks with. This is the only way the core learns
+    about one model: it keeps no tables of its own.
+    """
+
+
+@hookspec
+def omni_register_benchmarks(register: Callable[[BenchmarkSpec], None]) -> None:
+    """Register benchmark workloads for ``omni bench pipeline``.
+
+    Call ``register(BenchmarkSpec(...))``. The implementation is an
+    :class:`omni_core.benchmark.Workload`: it writes a real-layout random-weight checkpoint of
+    the size it names, gives the request to time, and loads the reference implementation
+    (e.g. the diffusers pipeline) from the same folder, so omni is measured on the code path
+    ``omni serve`` runs, side by side with the reference in one run.
+    """
+
+
+@hookspec
 def omni_register_commands(cli: click.Group) -> None:
     """Add click commands to the ``omni`` CLI (``cli.add_command(...)`` or ``@cli.command()``)."""
 
@@ -89,6 +117,8 @@ COLLECTION_HOOKS: dict[str, str] = {
     "omni_register_cache_backends": "cache_backends",
     "omni_register_quantizers": "quantizers",
     "omni_register_platforms": "platforms",
+    "omni_register_denoisers": "denoisers",
+    "omni_register_benchmarks": "benchmarks",
 }
 
 ALL_HOOKS: tuple[str, ...] = (*COLLECTION_HOOKS, "omni_register_commands")

@@ -174,9 +174,49 @@ class PlatformSpec(Spec):
         return dict(sorted(value.items()))
 
 
+class DenoiserSpec(Spec):
+    """What acceleration and parallelism must know about one denoiser class.
+
+    ``architectures`` are the class names it describes (``type(module).__name__``, e.g.
+    diffusers' ``WanTransformer3DModel``); ``implementation`` points at a
+    :class:`omni_core.denoisers.DenoiserAdapter` or at a function ``(module) -> DenoiserAdapter``
+    (to pick calibration data from the module's config). The model plugin that owns the class
+    registers it; a class nobody registers gets a generic adapter derived from its block lists.
+    """
+
+    kind: ClassVar[str] = "denoisers"
+
+    architectures: tuple[str, ...] = Field(
+        min_length=1, description="Class names of the denoiser modules this describes."
+    )
+
+
+class BenchmarkSpec(Spec):
+    """A benchmark workload: a real-layout checkpoint, a request and the reference to beat.
+
+    ``implementation`` points at a :class:`omni_core.benchmark.Workload` instance. ``pipeline``
+    names the pipeline spec it exercises (its plugin registers both). ``omni bench pipeline``
+    runs every registered workload through ``Omni(...)`` and the workload's reference in one
+    process, on the same checkpoint folder.
+    """
+
+    kind: ClassVar[str] = "benchmarks"
+
+    pipeline: str = Field(pattern=_NAME_PATTERN, description="The pipeline spec it measures.")
+    tiny: bool = Field(False, description="A CPU smoke-test size (runs under `--tiny`).")
+
+
 SPEC_TYPES: dict[str, type[Spec]] = {
     spec.kind: spec
-    for spec in (PipelineSpec, AttentionBackendSpec, CacheBackendSpec, QuantizerSpec, PlatformSpec)
+    for spec in (
+        PipelineSpec,
+        AttentionBackendSpec,
+        CacheBackendSpec,
+        QuantizerSpec,
+        PlatformSpec,
+        DenoiserSpec,
+        BenchmarkSpec,
+    )
 }
 
 
@@ -231,6 +271,21 @@ class Registry:
     @property
     def platforms(self) -> dict[str, PlatformSpec]:
         return self.specs["platforms"]  # type: ignore[return-value]
+
+    @property
+    def denoisers(self) -> dict[str, DenoiserSpec]:
+        return self.specs["denoisers"]  # type: ignore[return-value]
+
+    @property
+    def benchmarks(self) -> dict[str, BenchmarkSpec]:
+        return self.specs["benchmarks"]  # type: ignore[return-value]
+
+    def denoiser_for(self, class_name: str) -> DenoiserSpec | None:
+        """The denoiser spec that describes the class ``class_name`` (None: nobody does)."""
+        for spec in self.denoisers.values():
+            if class_name in spec.architectures:
+                return spec
+        return None
 
     def __iter__(self) -> Iterator[Spec]:
         for table in self.specs.values():

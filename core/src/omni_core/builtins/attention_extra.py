@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.builtins.attention import sdpa, sdpa_cudnn, sdpa_flash
+from omni_core.kernels.sdpa import sdpa, sdpa_cudnn, sdpa_flash
 from omni_core.registry import AttentionBackendSpec, Availability
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -225,7 +225,7 @@ def voices(model: str | None, as_json: bool) -> None:
                     continue
                 add(spec.name, audio.DEFAULT_SPEECH_MODEL, omni.pipeline.voices())
                 continue
-            known = getattr(spec.load(), "known_voices", lambda: None)()
+            known = spec.load().known_voices()
             if known is None:
                 notes[spec.name] = "voices depend on the checkpoint: pass --model"
             else:

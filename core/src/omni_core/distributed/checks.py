@@ -68,7 +68,7 @@ class PrimitiveChecks(WorkerProgram):
         import torch
 
         from omni_core.attention import AttentionRouter, dispatch_attention, use_router
-        from omni_core.builtins.attention import sdpa, sdpa_math
+        from omni_core.kernels.sdpa import sdpa, sdpa_math
 
         sp = self.sp
         out: dict[str, float] = {}

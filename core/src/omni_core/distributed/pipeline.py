@@ -101,8 +101,8 @@ class PipelineProgram(WorkerProgram):
         self.max_batch = max_batch
 
     def setup(self, ctx: WorkerContext) -> None:
-        from omni_core.api import parse_dtype
         from omni_core.attention import AttentionRouter
+        from omni_core.dtypes import parse_dtype
         from omni_core.pipelines.base import PipelineOptions
         from omni_core.plugins import get_registry
 

@@ -92,19 +92,69 @@ class PipelineOptions:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     #: Options a pipeline understands beyond the shared ones (e.g. ``text_encoder_device``).
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The registered spec being loaded (its capabilities bound what acceleration may do).
+    spec: PipelineSpec | None = None
 
 
 class Pipeline(ABC):
-    """What every pipeline has: loading, request validation, and its spec."""
+    """What every pipeline has, and every member the core reads from one.
+
+    This class is the whole contract between the core and a loaded pipeline: the engine, the
+    server, the Python API and the distributed runtime read only the members declared here
+    (each with a default), never anything else. Override what your pipeline knows better.
+    """
 
     #: The pydantic model of this pipeline's request extras.
     extras_model: ClassVar[type[BaseModel]] = NoExtras
+    #: The registered spec this pipeline was loaded for (set by the core after loading).
     spec: PipelineSpec | None = None
+    #: The options it was loaded with (``from_pretrained`` stores them; device and platform
+    #: tell the runtime where to synchronise and measure memory). None: nothing to sync.
+    options: PipelineOptions | None = None
 
     @classmethod
     @abstractmethod
     def from_pretrained(cls, path: Path, options: PipelineOptions) -> Pipeline:
         """Load from a local checkpoint folder (the core resolved Hub ids already)."""
+
+    @classmethod
+    def resolve_model(cls, model: str | Path) -> tuple[Path, str | None] | None:
+        """Claim a model reference that has no checkpoint config (default: claim nothing).
+
+        Speech pipelines whose models are not diffusers/transformers folders (a Piper voice
+        folder, an ``.onnx`` file, an alias) return ``(folder, default_voice)``; the core then
+        loads that folder with this pipeline.
+        """
+        return None
+
+    def output_fps(self, request: GenerationRequest) -> int | None:
+        """Frames per second of the video ``request`` produces (None: not a video pipeline).
+
+        The server turns OpenAI's ``seconds`` into frames with it, so it must be the fps the
+        decoded video really has.
+        """
+        return None
+
+    def denoisers(self) -> dict[str, Any]:
+        """The denoiser modules as the pipeline runs them, by component name (default: none).
+
+        The distributed runtime reports their sequence shards; tools find them here.
+        """
+        return {}
+
+    @property
+    def healthy(self) -> bool:
+        """False once the pipeline can no longer serve (e.g. a parallel worker died)."""
+        return True
+
+    @property
+    def health_reason(self) -> str | None:
+        """Why the pipeline is unhealthy (shown by ``/health``); None while healthy."""
+        return None
+
+    def close(self) -> None:
+        """Release what the pipeline holds outside this process (workers); idempotent."""
+        return None
 
     def validate(self, request: GenerationRequest) -> GenerationRequest:
         """Check and complete ``request`` before any compute; raise InvalidRequestError.
@@ -205,4 +255,11 @@ class SpeechPipeline(Pipeline):
         """Yield audio chunks; their concatenation is the non-streamed result."""
 
     def voices(self) -> list[Voice]:
+        """The voices this loaded model offers (``GET /v1/audio/voices``)."""
         return []
+
+    @classmethod
+    def known_voices(cls) -> list[Voice] | None:
+        """Voices known without loading weights (``omni generate speech --list-voices``);
+        None: only a loaded model can tell."""
+        return None

@@ -134,7 +134,7 @@ def _kernel(router: AttentionRouter | None, role: Role) -> Callable[..., Any]:
         router = active_router()
     if router is not None:
         return router.functions[role]
-    from omni_core.builtins.attention import sdpa
+    from omni_core.kernels.sdpa import sdpa
 
     return sdpa
 

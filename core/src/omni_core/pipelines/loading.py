@@ -90,5 +90,5 @@ def find_pipeline(registry: Registry, path: Path, pipeline: str | None = None) -
     raise ModelNotFoundError(
         f"no installed pipeline serves {', '.join(architectures)} (from {path}); installed "
         f"pipelines: {'; '.join(served) or 'none'}. Install the plugin for this model family "
-        "(e.g. pip install omni-wan) and check `omni list-plugins`"
+        "and check `omni list-plugins`"
     )

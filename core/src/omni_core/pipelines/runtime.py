@@ -76,7 +76,7 @@ def run_to_completion(
 
 
 def _synchronizer(pipeline: StagedPipeline) -> Callable[[], None]:
-    options = getattr(pipeline, "options", None)
+    options = pipeline.options
     if options is None:
         return lambda: None
     return lambda: options.platform.synchronize(options.device)

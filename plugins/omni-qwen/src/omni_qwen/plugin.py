@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.registry import PipelineCapabilities, PipelineSpec
+from omni_core import (
+    PLUGIN_API_VERSION,
+    BenchmarkSpec,
+    DenoiserSpec,
+    PipelineCapabilities,
+    PipelineSpec,
+    hookimpl,
+)
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
 _MODULE = "omni_qwen.pipelines"
 _EXTRAS = "omni_qwen.extras:QwenImageExtras"
 #: CFG-parallel splits the batched [cond; uncond] forward over two ranks; Ulysses shards the
-#: image tokens of QwenImageTransformer2DModel (omni_core.distributed's sequence plan).
+#: image tokens of QwenImageTransformer2DModel (the sequence plan of omni_qwen.denoiser).
 _CAPS = PipelineCapabilities(step_batching=True, cfg_parallel=True, sequence_parallel=True)
 
 
@@ -52,3 +58,33 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             description="Qwen-Image-Edit-2509: one to three input images plus an instruction.",
         )
     )
+
+
+@hookimpl
+def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
+    register(
+        DenoiserSpec(
+            name="qwen-image-transformer",
+            architectures=("QwenImageTransformer2DModel",),
+            implementation="omni_qwen.denoiser:qwen_image_adapter",
+            description="diffusers' QwenImageTransformer2DModel: blocks, TeaCache indicator and "
+            "polynomial, the Ulysses sequence plan (text tokens replicated).",
+        )
+    )
+
+
+@hookimpl
+def omni_register_benchmarks(register: Callable[[BenchmarkSpec], None]) -> None:
+    for name, attr, tiny, description in (
+        ("qwen-image-1024", "QWEN_IMAGE_1024", False, "Qwen-Image 1024x1024, true CFG 4"),
+        ("tiny-qwen", "TINY", True, "tiny Qwen-Image layout (CPU smoke test)"),
+    ):
+        register(
+            BenchmarkSpec(
+                name=name,
+                pipeline="qwen-image",
+                tiny=tiny,
+                implementation=f"omni_qwen.bench:{attr}",
+                description=description,
+            )
+        )

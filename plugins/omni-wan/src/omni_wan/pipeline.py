@@ -70,6 +70,11 @@ class WanLayout:
         return self.class_name == "WanImageToVideoPipeline"
 
     @property
+    def default_fps(self) -> int:
+        """Frames per second of the reference: 24 for Wan2.2 TI2V-5B, 16 for the others."""
+        return 24 if self.expand_timesteps else 16
+
+    @property
     def size_multiple(self) -> tuple[int, int]:
         return (self.vae_spatial * self.patch[1], self.vae_spatial * self.patch[2])
 
@@ -326,6 +331,9 @@ class WanVideoPipeline(StagedPipeline):
     def validate(self, request: GenerationRequest) -> GenerationRequest:
         return self.layout.check(request)
 
+    def output_fps(self, request: GenerationRequest) -> int:
+        return parse_extras(request.extras).fps or self.layout.default_fps
+
     # -- stages ----------------------------------------------------------------------------
 
     @torch.no_grad()
@@ -422,7 +430,7 @@ class WanVideoPipeline(StagedPipeline):
             timesteps=table.timesteps_tensor(self.device),
             experts=experts,
             guidance=scales,
-            fps=extras.fps or (24 if layout.expand_timesteps else 16),
+            fps=extras.fps or layout.default_fps,
             # Device copies made once here, so that states at different steps (or with
             # different guidance) can share a step with no host-to-device copy in step().
             guidance_t=torch.tensor(scales, dtype=torch.float32).to(self.device),
