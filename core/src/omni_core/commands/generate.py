@@ -370,9 +370,9 @@ def _run(
     request = spec.load().precheck(path, request)
 
     from omni_core.api import Omni, _as_config
-    from omni_core.dtypes import parse_dtype
     from omni_core.attention import AttentionRouter
     from omni_core.config import AttentionConfig, CacheConfig
+    from omni_core.dtypes import parse_dtype
     from omni_core.platforms import current_platform
 
     # Options Omni would reject only after a moment's work: check them now, loudly.
