@@ -17,7 +17,7 @@ GOOD_PLUGIN = """
 from omni_core import hookimpl
 from omni_core.registry import AttentionBackendSpec
 
-OMNI_PLUGIN_API = "1.0"
+OMNI_PLUGIN_API = "2.0"
 
 @hookimpl
 def omni_register_attention_backends(register):
@@ -194,7 +194,7 @@ def test_entry_point_plugins_good_broken_and_wrong_api(
     )
     omni_temp_distribution(
         "omni-test-future",
-        {"omni_test_future.plugin": GOOD_PLUGIN.format(name="x").replace('"1.0"', '"2.0"')},
+        {"omni_test_future.plugin": GOOD_PLUGIN.format(name="x").replace('"2.0"', '"3.0"')},
         version="3.1.4",
     )
     omni_temp_distribution("omni-test-nohooks", {"omni_test_nohooks.plugin": "X = 1\n"})

@@ -109,3 +109,30 @@ def test_platform_compatibility_is_sorted_and_load_object_follows_dotted_attrs()
     )
     assert list(spec.compatibility) == ["omni-core", "torch"]
     assert load_object("omni_core.registry:Availability.yes")().available is True
+
+
+def test_denoiser_specs_are_found_by_class_name() -> None:
+    from omni_core.registry import DenoiserSpec
+
+    registry = Registry()
+    with pytest.raises(ValidationError, match="architectures"):
+        DenoiserSpec(name="empty", implementation="a:b", architectures=())
+    spec = DenoiserSpec(
+        name="acme-transformer", implementation="acme.denoiser:adapter", architectures=("Acme3D",)
+    )
+    registry.add(spec, "acme")
+    assert registry.denoisers["acme-transformer"].plugin == "acme"
+    assert registry.denoiser_for("Acme3D") is registry.denoisers["acme-transformer"]
+    assert registry.denoiser_for("Other") is None
+    with pytest.raises(RegistrationError, match="both plugin 'acme' and plugin 'rival'"):
+        registry.add(spec, "rival")
+
+
+def test_benchmark_specs_name_their_pipeline() -> None:
+    from omni_core.registry import BenchmarkSpec
+
+    with pytest.raises(ValidationError, match="pipeline"):
+        BenchmarkSpec(name="w", implementation="a:b")  # type: ignore[call-arg]
+    registry = Registry()
+    registry.add(BenchmarkSpec(name="w", implementation="a:B", pipeline="acme", tiny=True), "x")
+    assert registry.benchmarks["w"].tiny and registry.benchmarks["w"].pipeline == "acme"

@@ -209,6 +209,10 @@ class StagedPipeline(Pipeline):
     def prepare(self, request: GenerationRequest) -> DenoiseState:
         """Encode the prompt, draw the initial noise and set the timesteps.
 
+        ``request`` has passed :meth:`validate` (the core validates every request exactly once,
+        before it is queued), so its defaults are filled in and its extras are parsed: do not
+        check it again here.
+
         Noise must be drawn exactly as the reference pipeline draws it from
         ``torch.Generator("cpu").manual_seed(request.seed)`` so seeds reproduce it.
         """
