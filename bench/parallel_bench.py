@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-try:
-    import omni_core  # noqa: F401
-except ImportError:  # the GPU machine runs from the source tree
-    sys.path.insert(0, str(ROOT / "core" / "src"))
+# The working tree's omni-core and model plugins (the GPU machine runs from the source tree).
+for _sub in ("core/src", "plugins/omni-wan/src", "plugins/omni-qwen/src"):
+    if str(ROOT / _sub) not in sys.path:
+        sys.path.insert(0, str(ROOT / _sub))
 os.environ.setdefault("OMNI_DISABLE_PLUGIN_AUTOLOAD", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -80,6 +80,23 @@ WAN_TINY = {**WAN_5B, "num_attention_heads": 4, "attention_head_dim": 16, "text_
 QWEN_IMAGE: dict[str, Any] = {}  # diffusers' defaults are Qwen-Image's config
 QWEN_TINY = {"in_channels": 16, "out_channels": 4, "num_layers": 2, "attention_head_dim": 16,
              "num_attention_heads": 4, "joint_attention_dim": 32, "axes_dims_rope": (4, 6, 6)}
+
+
+#: The model plugins whose DenoiserSpecs (block lists, Ulysses sequence plans) the workloads use.
+MODEL_PLUGINS = {"omni-wan": "omni_wan.plugin", "omni-qwen": "omni_qwen.plugin"}
+
+
+def registry() -> Any:
+    """Built-ins plus the two model plugins, loaded by module name (entry points are off here,
+    and the GPU machine runs from the source tree where there are none)."""
+    from omni_core.plugins import PluginHost
+
+    host = PluginHost(autoload=False)
+    for name, module in MODEL_PLUGINS.items():
+        info = host.load_module(name, module)
+        if info.status != "ok":
+            raise RuntimeError(f"plugin {name}: {info.error}")
+    return host.registry
 
 
 def workloads(tiny: bool) -> dict[str, dict[str, Any]]:
@@ -148,20 +165,21 @@ class BenchProgram(WorkerProgram):
         from omni_core.config import AttentionConfig
         from omni_core.distributed.parallelize import parallelize_denoiser
         from omni_core.pipelines.diffusers_attention import route_attention
-        from omni_core.plugins import get_registry
 
         name = payload["workload"]
         spec = workloads(self.tiny)[name]
         device = self.ctx.device
         default = "bfloat16" if device.type == "cuda" else "float32"
         dtype = getattr(torch, self.dtype or default)
-        router = AttentionRouter.build(AttentionConfig(), get_registry(), self.ctx.platform)
+        plugins = registry()
+        router = AttentionRouter.build(AttentionConfig(), plugins, self.ctx.platform)
         t0 = time.perf_counter()
         model, inputs = _build(name, spec, device, dtype)
         build_s = time.perf_counter() - t0
         route_attention(model, router)
         if state is not None:
-            model = parallelize_denoiser(model, router, state=state)
+            # The Ulysses plan comes from the model plugin's DenoiserSpec (omni_*.denoiser).
+            model = parallelize_denoiser(model, router, state=state, registry=plugins)
         sync = self.ctx.platform.synchronize
         group = self.ctx.state.control_group
 

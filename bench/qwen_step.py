@@ -159,9 +159,9 @@ def main() -> int:
     import torch
     import transformers
 
+    from omni_core import GenerationRequest, PipelineOptions
     from omni_core.attention import AttentionRouter
     from omni_core.config import AttentionConfig
-    from omni_core.pipelines.base import GenerationRequest, PipelineOptions
     from omni_core.pipelines.diffusers_attention import unroute_attention
     from omni_core.platforms import current_platform
     from omni_core.plugins import get_registry

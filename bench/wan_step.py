@@ -202,12 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     def run_omni(
         backend: str, *, fused: bool = True, cfg_batch: bool | str = "auto"
     ) -> tuple[dict[str, Any], Any]:
+        from omni_core import GenerationRequest, PipelineOptions
         from omni_core.attention import AttentionRouter
         from omni_core.config import AttentionConfig
-        from omni_core.pipelines.base import GenerationRequest, PipelineOptions
         from omni_core.platforms import current_platform
         from omni_core.plugins import get_registry
-        from omni_wan.pipeline import WanLayout, WanVideoPipeline
+        from omni_wan.layout import WanLayout
+        from omni_wan.pipeline import WanVideoPipeline
 
         platform = current_platform()
         router = AttentionRouter.build(
@@ -246,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         timer.reset_peak()
         start = timer.mark()
-        state = pipe.prepare_embedded(request, embeds)
+        state = pipe.prepare_embedded(request, embeds)  # validates the raw request once
         marks = []
         for _ in range(steps):
             pipe.step([state])

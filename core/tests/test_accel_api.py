@@ -35,9 +35,7 @@ class AccelToyPipeline(StagedPipeline):
     def __init__(self, transformer: torch.nn.Module, options: PipelineOptions) -> None:
         self.transformer = transformer
         self.options = options
-        self.accel: AccelerationReport = apply_acceleration(
-            {"transformer": transformer}, options, pipeline_cls=type(self)
-        )
+        self.accel: AccelerationReport = apply_acceleration({"transformer": transformer}, options)
 
     @classmethod
     def from_pretrained(cls, path: Path, options: PipelineOptions) -> AccelToyPipeline:
@@ -103,11 +101,16 @@ def toy_checkpoint(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def toy_host():
-    from omni_core import hookimpl
+    from omni_core import DenoiserAdapter, DenoiserSpec, hookimpl
     from omni_core.plugins import set_host
 
     module = types.ModuleType("omni_accel_toy")
     module.AccelToyPipeline = AccelToyPipeline
+    # What the toy's model plugin knows about its denoiser class: where the blocks are and that
+    # QKV fusion is exact (diffusers' Wan processors honour fused projections).
+    module.WAN_ADAPTER = DenoiserAdapter(
+        architecture="WanTransformer3DModel", blocks=("blocks",), fuse_qkv=True
+    )
     sys.modules["omni_accel_toy"] = module
 
     class ToyPlugin:
@@ -123,6 +126,16 @@ def toy_host():
                         cache_backends=("first-block", "teacache", "taylorseer"),
                         quantizers=("fp8", "torchao-int8wo"),
                     ),
+                )
+            )
+
+        @hookimpl
+        def omni_register_denoisers(self, register):
+            register(
+                DenoiserSpec(
+                    name="accel-toy-wan",
+                    architectures=("WanTransformer3DModel",),
+                    implementation="omni_accel_toy:WAN_ADAPTER",
                 )
             )
 
@@ -149,7 +162,7 @@ def test_builtins_register_every_backend():
 
 def test_optional_backends_say_why_not():
     from omni_core.acceleration.cache import dbcache_available
-    from omni_core.builtins.attention_extra import (
+    from omni_core.kernels.external import (
         flash_attn2_available,
         flash_attn3_available,
         sage_available,
@@ -210,7 +223,7 @@ def test_omni_rejects_unsupported_or_unknown(toy_host, toy_checkpoint):
 
 
 def test_sdpa_auto_matches_sdpa_and_picks_by_shape(monkeypatch):
-    from omni_core.builtins import attention_extra as ax
+    from omni_core.kernels import sdpa as ax
     from omni_core.kernels.sdpa import sdpa
 
     q, k, v = (torch.randn(1, 20, 2, 16) for _ in range(3))
@@ -246,11 +259,12 @@ def test_sdpa_auto_matches_sdpa_and_picks_by_shape(monkeypatch):
 
 
 def test_finish_request_covers_batched_contexts():
+    from omni_core import DenoiserAdapter
     from omni_core.acceleration import cache_key
-    from omni_core.acceleration.cache import CacheAdapter, CacheHandle
+    from omni_core.acceleration.cache import CacheHandle
 
     handle = CacheHandle(
-        backend="x", module=torch.nn.Linear(2, 2), adapter=CacheAdapter("X"), probe=lambda: True
+        backend="x", module=torch.nn.Linear(2, 2), adapter=DenoiserAdapter("X"), probe=lambda: True
     )
     report = AccelerationReport(caches={"transformer": handle})
     for key in (cache_key(["a", "b"], "cond"), cache_key(["a", "b"], "uncond"), cache_key(["c"])):

@@ -4,30 +4,20 @@ counted per request, independent request contexts, and quality (PSNR/SSIM) helpe
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 
 import numpy as np
 import pytest
 import torch
 
+from omni_core import DenoiserAdapter, DenoiserSpec, hookimpl
 from omni_core.acceleration import apply_acceleration
-from omni_core.acceleration.cache import (
-    CacheAdapter,
-    apply_cache,
-    resolve_adapter,
-    wan_adapter,
-)
+from omni_core.acceleration.cache import apply_cache
 from omni_core.acceleration.quality import psnr, ssim
 from omni_core.config import CacheConfig
+from omni_core.denoisers import resolve_denoiser
 from omni_core.errors import ConfigError
-from omni_core.plugins import PluginHost
 
 STEPS = 8
-
-
-@pytest.fixture(scope="session")
-def registry():
-    return PluginHost(autoload=False).registry
 
 
 def _tiny_wan() -> torch.nn.Module:
@@ -217,9 +207,32 @@ def test_qwen_image_tuple_blocks(backend, registry):
     assert torch.isfinite(out).all()
 
 
-def test_adapters_and_coefficients():
+#: The adapter a test model plugin registers for the tiny Wan (see the test below).
+CUSTOM = DenoiserAdapter(architecture="X", blocks=("blocks",), teacache_coefficients=(2.0, 0.0))
+
+
+class _DenoiserPlugin:
+    """A model plugin that registers one DenoiserSpec for diffusers' Wan transformer."""
+
+    def __init__(self, implementation: str) -> None:
+        self.implementation = implementation
+
+    @hookimpl
+    def omni_register_denoisers(self, register):
+        register(
+            DenoiserSpec(
+                name="custom-wan",
+                architectures=("WanTransformer3DModel",),
+                implementation=self.implementation,
+            )
+        )
+
+
+def test_adapters_and_coefficients(registry, registry_with):
+    from omni_wan.denoiser import wan_adapter
+
     wan = _tiny_wan()
-    adapter = resolve_adapter(wan)
+    adapter = resolve_denoiser(wan, registry)
     assert adapter.architecture == "WanTransformer3DModel"
     assert adapter.blocks == ("blocks",) and adapter.fuse_qkv
     assert "uncalibrated" in adapter.teacache_source  # tiny size: no published fit
@@ -231,21 +244,17 @@ def test_adapters_and_coefficients():
         config = Config()
 
     assert "T2V-14B" in wan_adapter(Big()).teacache_source
-    qwen = resolve_adapter(_tiny_qwen())
+    qwen = resolve_denoiser(_tiny_qwen(), registry)
     assert qwen.blocks == ("transformer_blocks",) and callable(qwen.teacache_indicator)
 
-    # a model plugin's pipeline class declares its adapter
-    custom = CacheAdapter(architecture="X", blocks=("blocks",), teacache_coefficients=(2.0, 0.0))
+    # a model plugin registers its adapter: a DenoiserSpec naming an adapter object...
+    custom = CUSTOM
+    with_object = registry_with(_DenoiserPlugin(f"{__name__}:CUSTOM"))
+    assert resolve_denoiser(wan, with_object) is custom
 
-    class Pipe:
-        cache_adapter: ClassVar[dict] = {"WanTransformer3DModel": custom}
-
-    assert resolve_adapter(wan, Pipe) is custom
-
-    class PipeLazy:
-        cache_adapter = "omni_core.acceleration.cache:wan_adapter"
-
-    assert resolve_adapter(wan, PipeLazy).architecture == "WanTransformer3DModel"
+    # ... or a (module) -> adapter function, imported lazily
+    lazy = registry_with(_DenoiserPlugin("omni_wan.denoiser:wan_adapter"))
+    assert resolve_denoiser(wan, lazy).architecture == "WanTransformer3DModel"
 
 
 def test_cache_config_errors(registry):

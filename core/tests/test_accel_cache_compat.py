@@ -11,14 +11,8 @@ from diffusers.hooks import hooks as diffusers_hooks
 from omni_core.acceleration.cache import MIN_DIFFUSERS_FOR_CACHES, apply_cache
 from omni_core.config import CacheConfig
 from omni_core.errors import ConfigError
-from omni_core.plugins import PluginHost
 
 STEPS = 6
-
-
-@pytest.fixture(scope="session")
-def registry():
-    return PluginHost(autoload=False).registry
 
 
 def _tiny_wan() -> torch.nn.Module:

@@ -17,12 +17,6 @@ from omni_core.acceleration.quantization import (
 )
 from omni_core.config import QuantizationConfig
 from omni_core.errors import ConfigError
-from omni_core.plugins import PluginHost
-
-
-@pytest.fixture(scope="session")
-def registry():
-    return PluginHost(autoload=False).registry
 
 
 def _tiny_wan(layers: int = 3) -> torch.nn.Module:

@@ -77,3 +77,28 @@ def test_checkpoint_num_heads(tmp_path) -> None:
     (tmp_path / "transformer" / "config.json").write_text(json.dumps({"num_attention_heads": 12}))
     assert checkpoint_num_heads(tmp_path) == 12
     assert checkpoint_num_heads(tmp_path / "missing") is None
+
+
+def test_ulysses_needs_a_registered_sequence_plan() -> None:
+    """A denoiser class no plugin describes is refused by name, before any collective."""
+    import torch
+
+    from omni_core.distributed import DistributedError
+    from omni_core.distributed.groups import ParallelState
+    from omni_core.distributed.parallelize import parallelize_denoiser
+    from omni_core.plugins import PluginHost
+
+    class UnknownTransformer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4)])
+
+    state = ParallelState(
+        layout=ParallelLayout(1, 2), rank=0, device=torch.device("cpu"), backend="gloo"
+    )
+    builtins_only = PluginHost(autoload=False).registry
+    with pytest.raises(DistributedError) as info:
+        parallelize_denoiser(UnknownTransformer(), state=state, registry=builtins_only)
+    message = str(info.value)
+    assert "UnknownTransformer" in message
+    assert "DenoiserSpec" in message and "sequence_plan" in message

@@ -69,6 +69,8 @@ class DenoiserAdapter:
     of the output; ``(1.0, 0.0)`` is the identity. ``mag_ratios`` are MagCache's per-step
     magnitude ratios. ``fuse_qkv`` says whether the class's attention processors honour
     ``fuse_projections`` exactly. ``sequence_plan`` enables Ulysses for the class.
+    ``cache_dit_pattern`` names the ``cache_dit.ForwardPattern`` of one block (how it takes and
+    returns hidden and text states), for the optional DBCache backend.
     """
 
     architecture: str
@@ -80,6 +82,7 @@ class DenoiserAdapter:
     mag_ratios: tuple[float, ...] | None = None
     mag_source: str = ""
     sequence_plan: SequencePlan | None = None
+    cache_dit_pattern: str = "Pattern_2"
     notes: str = ""
 
 
@@ -100,6 +103,10 @@ def resolve_denoiser(module: Any, registry: Registry | None = None) -> DenoiserA
 
     A module wrapped by a parallel wrapper is looked up by the class it wraps.
     """
+    from omni_core.distributed.parallelize import BatchSplitParallel
+
+    if isinstance(module, BatchSplitParallel):
+        module = module.model
     if registry is None:
         from omni_core.plugins import get_registry
 

@@ -4,13 +4,19 @@ Pipelines call :func:`apply_acceleration` once in ``from_pretrained``, after the
 their device, with the modules that may be accelerated::
 
     self.accel = apply_acceleration(
-        {"transformer": self.transformer, "transformer_2": self.transformer_2}, options,
-        pipeline_cls=type(self),
+        {"transformer": self.transformer, "transformer_2": self.transformer_2}, options
     )
 
 and, per denoiser call in ``step``, ``with self.accel.cache_context("transformer", name):`` where
 ``name`` identifies the request and CFG branch (``f"{request_id}:cond"``); when a request finishes,
 ``self.accel.finish(names)`` returns its cache hits (put them in ``GenerationResult.info``).
+
+What is allowed comes from ``options.spec`` (the registered PipelineSpec the core is loading:
+its capabilities bound the cache backends and quantizers; ``None``, e.g. a pipeline built by
+hand, means unrestricted). What each denoiser class needs (its block lists for regional compile
+and quantization scope, whether QKV fusion is exact, cache calibration data) is the
+:class:`~omni_core.denoisers.DenoiserAdapter` its model plugin registered
+(:func:`~omni_core.denoisers.resolve_denoiser`); an unregistered class gets a generic one.
 
 Order matters and is fixed here: fuse QKV (so the fused projection gets quantized), quantize (so
 the compiled graph sees quantized weights), compile the repeated blocks (so the cache hooks wrap
@@ -30,32 +36,24 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from omni_core.acceleration.cache import (
-    CacheAdapter,
-    CacheHandle,
-    CacheStats,
-    apply_cache,
-    register_cache_adapter,
-    resolve_adapter,
-)
+from omni_core.acceleration.cache import CacheHandle, CacheStats, apply_cache
 from omni_core.acceleration.compile import CompileReport, compile_repeated_blocks, fuse_qkv
 from omni_core.acceleration.quantization import QuantReport, quantize_components
+from omni_core.denoisers import resolve_denoiser
 from omni_core.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from omni_core.pipelines.base import PipelineOptions
+    from omni_core.registry import Registry
 
 __all__ = [
     "AccelerationReport",
-    "CacheAdapter",
     "CacheHandle",
     "CacheStats",
     "apply_acceleration",
     "cache_key",
-    "register_cache_adapter",
-    "resolve_adapter",
 ]
 
 #: The component that gets the step cache and, by default, quantization and compilation.
@@ -158,33 +156,11 @@ def _flag(extra: dict[str, Any], key: str, default: Any) -> Any:
     return value
 
 
-def _pipeline_spec(pipeline_cls: Any, registry: Any) -> Any:
-    """The registered PipelineSpec whose implementation is ``pipeline_cls`` (None if unknown)."""
-    import sys
-
-    if pipeline_cls is None:
-        return None
-    declared = getattr(pipeline_cls, "spec", None)
-    if declared is not None:
-        return declared
-    for spec in registry.pipelines.values():
-        module_name, _, attr = spec.implementation.partition(":")
-        if module_name not in sys.modules:
-            continue  # never import other plugins just to compare
-        obj: Any = sys.modules[module_name]
-        for part in attr.split("."):
-            obj = getattr(obj, part, None)
-        if obj is pipeline_cls:
-            return spec
-    return None
-
-
 def apply_acceleration(
     components: dict[str, torch.nn.Module | None],
     options: PipelineOptions,
     *,
-    pipeline_cls: Any = None,
-    registry: Any = None,
+    registry: Registry | None = None,
 ) -> AccelerationReport:
     """Apply fused QKV, quantization, regional compile and the step cache, in that order.
 
@@ -192,6 +168,7 @@ def apply_acceleration(
     ``transformer_2``). Only denoisers (``transformer``, ``transformer_2``, ``unet``) get
     compilation and the cache; quantization goes to ``options.quantization.components``
     (default ``("transformer",)``; ``transformer_2`` follows ``transformer`` when present).
+    ``options.spec``'s capabilities bound the cache backends and quantizers (no spec: any).
     Raises ConfigError before touching anything when a setting cannot be honoured.
     """
     t0 = time.perf_counter()
@@ -203,7 +180,7 @@ def apply_acceleration(
     present = {k: v for k, v in components.items() if v is not None}
     denoisers = [k for k in present if k in DENOISERS]
     extra = dict(options.extra or {})
-    spec = _pipeline_spec(pipeline_cls, registry)
+    spec = options.spec
     capabilities = spec.capabilities if spec is not None else None
     allowed = tuple(capabilities.cache_backends) if capabilities is not None else ()
     if options.attention is not None:
@@ -241,7 +218,7 @@ def apply_acceleration(
                 f"quantization.method: {quant.method!r} is not supported by this pipeline "
                 f"(supported: {', '.join(allowed_q)})"
             )
-    adapters = {name: resolve_adapter(present[name], pipeline_cls) for name in denoisers}
+    adapters = {name: resolve_denoiser(present[name], registry) for name in denoisers}
 
     device_type = getattr(options.device, "type", str(options.device))
     if _flag(extra, "fuse_qkv", True):
@@ -266,6 +243,9 @@ def apply_acceleration(
         mode = extra.get("compile_mode") or None
         dynamic = _flag(extra, "compile_dynamic", False)
         for name in denoisers:
+            # A registered adapter names the block lists; for a class nobody registered,
+            # diffusers' own ``_repeated_blocks`` declaration comes first.
+            registered = registry.denoiser_for(type(present[name]).__name__) is not None
             report.compile.append(
                 compile_repeated_blocks(
                     present[name],
@@ -273,6 +253,7 @@ def apply_acceleration(
                     mode=mode,
                     dynamic=dynamic,
                     backend=extra.get("compile_backend") or "inductor",
+                    adapter=adapters[name] if registered else None,
                 )
             )
         report.order.append("compile")
@@ -282,9 +263,9 @@ def apply_acceleration(
             handle = apply_cache(
                 present[name],
                 cache_cfg,
-                pipeline_cls=pipeline_cls,
                 registry=registry,
                 allowed=allowed,
+                adapter=adapters[name],
             )
             if handle is not None:
                 report.caches[name] = handle

@@ -17,9 +17,13 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omni_core.acceleration.cache import BLOCK_LIST_NAMES
+from omni_core.denoisers import BLOCK_LIST_NAMES, block_list
+from omni_core.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from omni_core.denoisers import DenoiserAdapter
 
 
 @dataclass
@@ -59,10 +63,18 @@ def recompile_count() -> int:
     return int(sum(counters["recompiles"].values())) if "recompiles" in counters else 0
 
 
-def find_repeated_blocks(module: Any) -> list[tuple[str, Any]]:
-    """The blocks to compile: diffusers' ``_repeated_blocks`` classes, else the block lists."""
+def find_repeated_blocks(
+    module: Any, adapter: DenoiserAdapter | None = None
+) -> list[tuple[str, Any]]:
+    """The blocks to compile: the adapter's block lists when it names some that exist, else
+    diffusers' ``_repeated_blocks`` classes, else the conventional block-list names."""
     import torch
 
+    if adapter is not None:
+        try:
+            return block_list(module, adapter)
+        except ConfigError:
+            pass  # none of the adapter's lists: fall back on the model's own declaration
     names = tuple(getattr(module, "_repeated_blocks", None) or ())
     if names:
         found = [(n, m) for n, m in module.named_modules() if type(m).__name__ in names]
@@ -123,11 +135,16 @@ def compile_repeated_blocks(
     dynamic: bool | None = False,
     fullgraph: bool = False,
     backend: str = "inductor",
+    adapter: DenoiserAdapter | None = None,
 ) -> CompileReport:
-    """Compile every repeated block of ``module`` in place; returns a live report."""
+    """Compile every repeated block of ``module`` in place; returns a live report.
+
+    ``adapter`` (the denoiser's registered :class:`~omni_core.denoisers.DenoiserAdapter`) says
+    which ModuleLists hold the blocks; see :func:`find_repeated_blocks`.
+    """
     import torch
 
-    blocks = find_repeated_blocks(module)
+    blocks = find_repeated_blocks(module, adapter)
     report = CompileReport(component=component, mode=mode, dynamic=dynamic)
     if not blocks:
         return report

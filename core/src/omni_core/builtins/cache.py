@@ -1,7 +1,8 @@
 """Built-in step-cache backends, registered through the same hook as any plugin's.
 
-Model plugins add per-model data (blocks, TeaCache coefficients, MagCache ratios) through a
-``cache_adapter`` attribute on their pipeline class; see :mod:`omni_core.acceleration.cache`.
+One implementation module per technique (:mod:`omni_core.acceleration.cache`). Per-model data
+(block lists, TeaCache coefficients, MagCache ratios) is not here: the denoiser's model plugin
+registers it as a ``DenoiserSpec`` (``omni_register_denoisers``).
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ from omni_core.registry import CacheBackendSpec
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
 _IMPL = "omni_core.acceleration.cache"
+_HOOKS_OK = f"{_IMPL}.base:diffusers_hooks_available"
 
 
 @hookimpl
 def omni_register_cache_backends(register: Callable[[CacheBackendSpec], None]) -> None:
-    hooks_ok = f"{_IMPL}:diffusers_hooks_available"
     register(
         CacheBackendSpec(
             name="first-block",
-            implementation=f"{_IMPL}:FirstBlockCache",
-            availability=hooks_ok,
+            implementation=f"{_IMPL}.first_block:FirstBlockCache",
+            availability=_HOOKS_OK,
             description="diffusers First Block Cache: skip blocks 1..N when block 0's residual "
             "barely changes (option threshold).",
         )
@@ -31,8 +32,8 @@ def omni_register_cache_backends(register: Callable[[CacheBackendSpec], None]) -
     register(
         CacheBackendSpec(
             name="taylorseer",
-            implementation=f"{_IMPL}:TaylorSeerCache",
-            availability=hooks_ok,
+            implementation=f"{_IMPL}.taylorseer:TaylorSeerCache",
+            availability=_HOOKS_OK,
             description="diffusers TaylorSeer: full compute every cache_interval steps, "
             "Taylor-extrapolated block outputs in between.",
         )
@@ -40,8 +41,8 @@ def omni_register_cache_backends(register: Callable[[CacheBackendSpec], None]) -
     register(
         CacheBackendSpec(
             name="magcache",
-            implementation=f"{_IMPL}:MagCache",
-            availability=hooks_ok,
+            implementation=f"{_IMPL}.magcache:MagCache",
+            availability=_HOOKS_OK,
             description="diffusers MagCache: skip steps while the residual-magnitude error is "
             "small; needs per-model mag_ratios.",
         )
@@ -49,17 +50,17 @@ def omni_register_cache_backends(register: Callable[[CacheBackendSpec], None]) -
     register(
         CacheBackendSpec(
             name="teacache",
-            implementation=f"{_IMPL}:TeaCache",
-            availability=hooks_ok,
+            implementation=f"{_IMPL}.teacache:TeaCache",
+            availability=_HOOKS_OK,
             description="TeaCache: timestep-embedding-aware step skipping with per-model "
-            "polynomial coefficients from the model plugin's adapter.",
+            "polynomial coefficients from the model plugin's DenoiserSpec.",
         )
     )
     register(
         CacheBackendSpec(
             name="dbcache",
-            implementation=f"{_IMPL}:DBCache",
-            availability=f"{_IMPL}:dbcache_available",
+            implementation=f"{_IMPL}.dbcache:DBCache",
+            availability=f"{_IMPL}.dbcache:dbcache_available",
             description="cache-dit DBCache (dual block cache); needs the optional cache-dit.",
         )
     )

@@ -5,12 +5,14 @@ The pieces, from the outside in:
 - :mod:`~omni_core.distributed.layout` checks a :class:`~omni_core.config.ParallelConfig`
   against the machine and the model *before* anything is spawned (``ConfigError`` otherwise).
 - :mod:`~omni_core.distributed.launcher` spawns one worker process per device; rank 0 receives
-  requests, broadcasts them, every rank runs the same program in lock-step, and only rank 0's
-  result comes back. A dead worker fails its requests and marks the group unhealthy.
+  requests, broadcasts them, every rank runs the same program in lock-step
+  (:mod:`~omni_core.distributed.worker`), and only rank 0's result comes back. A dead worker
+  fails its requests and marks the group unhealthy.
 - :mod:`~omni_core.distributed.groups` builds the cfg and ulysses process groups in a worker and
   exposes them as the process's :class:`ParallelState`.
 - :mod:`~omni_core.distributed.cfg` and :mod:`~omni_core.distributed.ulysses` are the two
-  primitives a pipeline's ``step()`` uses.
+  primitives a pipeline's ``step()`` uses; :mod:`~omni_core.distributed.parallelize` applies
+  them to a denoiser (the Ulysses plan comes from its model plugin's ``DenoiserSpec``).
 
 Nothing here imports torch at package import time, so ``omni --help`` stays fast.
 """
@@ -32,8 +34,8 @@ _EXPORTS = {
     "ulysses_attention": "ulysses",
     "shard_sizes": "ulysses",
     "ParallelLauncher": "launcher",
-    "WorkerContext": "launcher",
-    "WorkerProgram": "launcher",
+    "WorkerContext": "worker",
+    "WorkerProgram": "worker",
     "WorkerDiedError": "errors",
     "DistributedError": "errors",
 }

@@ -17,7 +17,7 @@ import os
 import time
 from typing import Any
 
-from omni_core.distributed.launcher import WorkerContext, WorkerProgram
+from omni_core.distributed.worker import WorkerContext, WorkerProgram
 from omni_core.errors import InvalidRequestError
 
 

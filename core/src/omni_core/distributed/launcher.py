@@ -10,6 +10,7 @@ process sentinel. Per request::
       -> every rank: program.run(payload)         (collectives inside: cfg / ulysses)
       -> rank 0's result comes back
 
+The worker side (what each spawned process runs) is :mod:`omni_core.distributed.worker`.
 A worker that exits while serving fails every pending request with :class:`WorkerDiedError`
 and marks the launcher unhealthy (``healthy`` is what ``/health`` reports); the other workers,
 likely stuck in a collective, are terminated. :meth:`ParallelLauncher.close` stops the workers
@@ -23,205 +24,26 @@ import contextlib
 import itertools
 import logging
 import os
-import pickle
 import socket
 import threading
 import time
-import traceback
 import weakref
 from concurrent.futures import Future
-from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, Self
 
 from omni_core.config import ParallelConfig
 from omni_core.distributed.errors import DistributedError, WorkerDiedError
-from omni_core.distributed.layout import ParallelLayout, validate_layout
+from omni_core.distributed.layout import validate_layout
+from omni_core.distributed.worker import WorkerContext, WorkerProgram, unpack_error, worker_main
 from omni_core.errors import OmniError
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
-
-    from omni_core.distributed.groups import ParallelState
     from omni_core.platforms import Platform
 
+__all__ = ["ParallelLauncher", "WorkerContext", "WorkerProgram", "free_port"]
+
 log = logging.getLogger("omni.distributed")
-
-
-@dataclass
-class WorkerContext:
-    """What a worker program gets in :meth:`WorkerProgram.setup`."""
-
-    rank: int
-    layout: ParallelLayout
-    device: torch.device
-    platform: Platform
-    state: ParallelState
-
-    @property
-    def world_size(self) -> int:
-        return self.layout.world_size
-
-
-class WorkerProgram:
-    """What each rank runs. Subclass it at module level (it is pickled to the workers).
-
-    ``setup`` runs once per rank after the process group exists (load the model there);
-    ``validate`` runs on rank 0 only, before the payload is broadcast (raise for bad input:
-    the error goes back to the caller and no rank computes anything); ``run`` runs on every
-    rank with the same payload and must issue the same collectives in the same order on every
-    rank; only rank 0's return value is sent back.
-    """
-
-    def setup(self, ctx: WorkerContext) -> None:
-        """Load models, build groups-dependent state."""
-
-    def validate(self, payload: Any) -> Any:
-        return payload
-
-    def answer(self, payload: Any) -> Any:
-        """Rank 0 alone answers a question (no broadcast, no collective): see ``ask``."""
-        raise NotImplementedError(f"{type(self).__name__} answers no questions")
-
-    def run(self, payload: Any) -> Any:  # pragma: no cover - abstract in spirit
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Free resources before the process group is destroyed."""
-
-
-# ------------------------------------------------------------------------------ error transport
-def _pack_error(exc: BaseException, rank: int) -> dict[str, Any]:
-    attrs = {key: value for key, value in vars(exc).items() if _picklable(value)}
-    return {
-        "module": type(exc).__module__,
-        "name": type(exc).__qualname__,
-        "args": [a if _picklable(a) else repr(a) for a in exc.args],
-        "attrs": attrs,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
-        "rank": rank,
-    }
-
-
-def _picklable(value: Any) -> bool:
-    try:
-        pickle.dumps(value)
-    except Exception:  # noqa: BLE001
-        return False
-    return True
-
-
-def _unpack_error(info: dict[str, Any]) -> BaseException:
-    """Rebuild the worker's exception (same class, args and attributes) when importable."""
-    import importlib
-
-    try:
-        cls = getattr(importlib.import_module(info["module"]), info["name"])
-        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-            raise TypeError
-        exc = cls.__new__(cls)
-        BaseException.__init__(exc, *info["args"])
-        exc.__dict__.update(info["attrs"])
-    except Exception:  # noqa: BLE001
-        exc = DistributedError(f"worker rank {info['rank']}: {info['name']}: {info['message']}")
-    exc.__notes__ = [f"raised in parallel worker rank {info['rank']}:\n{info['traceback']}"]
-    return exc
-
-
-# ------------------------------------------------------------------------------ worker side
-def _watch_parent(parent_pid: int) -> None:
-    while True:
-        time.sleep(1.0)
-        if os.getppid() != parent_pid:
-            os._exit(3)  # the serving process is gone: never linger as an orphan
-
-
-def _worker_main(
-    rank: int,
-    layout: ParallelLayout,
-    program: WorkerProgram,
-    init_method: str,
-    platform_name: str,
-    conn: Connection,
-    parent_pid: int,
-    dist_timeout_s: float,
-    cpu_threads: int,
-) -> None:
-    os.environ["OMNI_PLATFORM"] = platform_name
-    os.environ["RANK"] = str(rank)
-    os.environ["WORLD_SIZE"] = str(layout.world_size)
-    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
-    state = None
-    try:
-        import torch
-        import torch.distributed as dist
-
-        from omni_core.distributed.groups import (
-            destroy_parallel_state,
-            init_parallel_state,
-        )
-        from omni_core.platforms import current_platform
-
-        platform = current_platform()
-        if platform.device_type == "cpu":
-            torch.set_num_threads(cpu_threads)
-            device = torch.device("cpu")
-        else:
-            device = platform.device(rank)
-            if platform.device_type == "cuda":
-                torch.cuda.set_device(device)
-        state = init_parallel_state(
-            layout, rank, backend=platform.dist_backend, device=device,
-            init_method=init_method, timeout_s=dist_timeout_s,
-        )
-        program.setup(WorkerContext(rank, layout, device, platform, state))
-    except BaseException as exc:
-        with contextlib.suppress(Exception):
-            conn.send(("fail", None, _pack_error(exc, rank)))
-        raise
-    conn.send(("ready", None, {"pid": os.getpid(), "device": str(device)}))
-
-    try:
-        while True:
-            if rank == 0:
-                try:
-                    msg = conn.recv()
-                except (EOFError, OSError):
-                    msg = ("stop", None, None)
-                kind, rid, payload = msg
-                if kind == "ask":
-                    try:
-                        conn.send(("ok", rid, program.answer(payload)))
-                    except Exception as exc:  # noqa: BLE001 - goes back to the caller
-                        conn.send(("err", rid, _pack_error(exc, rank)))
-                    continue
-                if kind == "req":
-                    try:
-                        payload = program.validate(payload)
-                    except Exception as exc:  # noqa: BLE001 - goes back to the caller
-                        conn.send(("err", rid, _pack_error(exc, rank)))
-                        continue
-                box: list[Any] = [(kind, rid, payload)]
-            else:
-                box = [None]
-            dist.broadcast_object_list(box, src=0, group=state.control_group)
-            kind, rid, payload = box[0]
-            if kind == "stop":
-                break
-            try:
-                result = program.run(payload)
-            except Exception as exc:  # noqa: BLE001
-                conn.send(("err", rid, _pack_error(exc, rank)))
-                continue
-            if rank == 0:
-                conn.send(("ok", rid, result))
-    finally:
-        with contextlib.suppress(Exception):
-            program.close()
-        with contextlib.suppress(Exception):
-            destroy_parallel_state()
-        conn.close()
 
 
 # ------------------------------------------------------------------------------ serving side
@@ -309,7 +131,7 @@ class ParallelLauncher:
         for rank in range(world):
             parent_conn, child_conn = ctx.Pipe(duplex=True)
             proc = ctx.Process(
-                target=_worker_main,
+                target=worker_main,
                 args=(rank, self.layout, self.program, init_method, self.platform.name,
                       child_conn, os.getpid(), self.dist_timeout_s, threads),
                 name=f"omni-worker-{rank}",
@@ -364,7 +186,7 @@ class ParallelLauncher:
                                 f"parallel worker rank {rank} exited (code {code}) during startup"
                             ) from None
                         if kind == "fail":
-                            err = _unpack_error(info)
+                            err = unpack_error(info)
                             raise DistributedError(
                                 f"parallel worker rank {rank} failed to start: "
                                 f"{info['name']}: {info['message']}"
@@ -505,7 +327,7 @@ class ParallelLauncher:
         if kind == "ok":
             future.set_result(body)
             return
-        exc = _unpack_error(body)
+        exc = unpack_error(body)
         if not isinstance(exc, OmniError):
             # A collective that failed because a peer died: report the death, not the symptom.
             sentinels = [p.sentinel for p in self._procs]

@@ -4,11 +4,12 @@ Inside a worker (where :func:`~omni_core.distributed.groups.current_parallel_sta
 
 - **Ulysses** (``ulysses_degree > 1``): hooks shard the hidden states along the sequence
   before the first transformer block and gather them after the last one, slicing every
-  per-token side input (rotary embeddings, Wan2.2-TI2V's per-token timestep embedding,
-  Qwen-Image-Edit's ``modulate_index``) the same way; self/joint attention is rerouted
-  through :class:`~omni_core.distributed.ulysses.SequenceParallel` (text tokens replicated),
-  cross attention stays local. A plan per diffusers class says where to cut
-  (:data:`SEQUENCE_PLANS`; plugins may add theirs with :func:`register_sequence_plan`).
+  per-token side input (rotary embeddings, per-token timestep embeddings, modulation indices)
+  the same way; self/joint attention is rerouted through
+  :class:`~omni_core.distributed.ulysses.SequenceParallel` (text tokens replicated), cross
+  attention stays local. Where to cut is the :class:`~omni_core.denoisers.SequencePlan` of the
+  denoiser class, part of the :class:`~omni_core.denoisers.DenoiserAdapter` its model plugin
+  registers (``omni_register_denoisers``); the core knows no model's plan.
 - **CFG-parallel** (``cfg_parallel_size == 2``): :class:`BatchSplitParallel` wraps the model.
   Pipelines that batch ``[cond; uncond]`` rows into one forward keep doing so; each cfg rank
   runs one half of the rows and the halves are all-gathered. (A batch with an odd number of
@@ -24,10 +25,9 @@ the lowest bits of matmuls (kernels tile differently per batch size); see the do
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from omni_core.denoisers import resolve_denoiser
 from omni_core.distributed.errors import DistributedError
 from omni_core.distributed.groups import ParallelState, current_parallel_state
 from omni_core.distributed.ulysses import SequenceParallel, sequence_parallel_blocks
@@ -36,61 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from omni_core.attention import AttentionRouter
-
-
-@dataclass(frozen=True)
-class SequencePlan:
-    """Where to cut one transformer class: its block list and how to shard a block's inputs."""
-
-    blocks: str
-    shard_inputs: Callable[..., tuple[tuple, dict]]
-    gather_output: Callable[[SequenceParallel, Any], Any]
-
-
-def _wan_shard(sp: SequenceParallel, args: tuple, kwargs: dict, first: bool) -> tuple:
-    # WanTransformerBlock(hidden_states, encoder_hidden_states, temb, rotary_emb), positional.
-    hidden, text, temb, rope = args
-    if first:
-        hidden = sp.shard(hidden, dim=1)
-    if temb.ndim == 4:  # Wan2.2 TI2V: one timestep embedding per token [B, S, 6, D]
-        temb = sp.slice(temb, dim=1)
-    if rope is not None:  # (cos, sin), each [1, S, 1, D], computed for the full sequence
-        rope = tuple(sp.slice(r, dim=1) for r in rope)
-    return (hidden, text, temb, rope), kwargs
-
-
-def _wan_gather(sp: SequenceParallel, output: Any) -> Any:
-    return sp.gather(output, dim=1)
-
-
-def _qwen_shard(sp: SequenceParallel, args: tuple, kwargs: dict, first: bool) -> tuple:
-    # QwenImageTransformerBlock is called with keywords; text stays replicated.
-    kwargs = dict(kwargs)
-    if first:
-        kwargs["hidden_states"] = sp.shard(kwargs["hidden_states"], dim=1)
-    rope = kwargs.get("image_rotary_emb")
-    if rope is not None:  # (image freqs [S_img, D/2], text freqs): only the image part is cut
-        kwargs["image_rotary_emb"] = (sp.slice(rope[0], dim=0), rope[1])
-    index = kwargs.get("modulate_index")
-    if index is not None:  # Qwen-Image-Edit-2511 zero_cond_t: [B, S_img]
-        kwargs["modulate_index"] = sp.slice(index, dim=1)
-    return args, kwargs
-
-
-def _qwen_gather(sp: SequenceParallel, output: Any) -> Any:
-    text, image = output
-    return text, sp.gather(image, dim=1)
-
-
-SEQUENCE_PLANS: dict[str, SequencePlan] = {
-    "WanTransformer3DModel": SequencePlan("blocks", _wan_shard, _wan_gather),
-    "QwenImageTransformer2DModel": SequencePlan("transformer_blocks", _qwen_shard, _qwen_gather),
-}
-
-
-def register_sequence_plan(class_name: str, plan: SequencePlan) -> None:
-    """Teach :func:`parallelize_denoiser` another transformer class (model plugins call this)."""
-    SEQUENCE_PLANS[class_name] = plan
+    from omni_core.registry import Registry
 
 
 def _dynamic_router() -> AttentionRouter:
@@ -106,8 +52,8 @@ class BatchSplitParallel:
     """Run half of a batch on each rank of a 2-rank group and all-gather the outputs.
 
     Every tensor argument whose first dimension equals the batch rows of ``hidden_states`` is
-    split, and so is every list of that length (per-row metadata such as Qwen-Image's
-    ``img_shapes``); everything else passes through. Attribute access (``dtype``,
+    split, and so is every list of that length (per-row metadata, e.g. per-sample image
+    shapes); everything else passes through. Attribute access (``dtype``,
     ``config``...) reaches the wrapped model, so pipelines keep using it as the model.
     """
 
@@ -137,7 +83,7 @@ class BatchSplitParallel:
 
         def part(i: int) -> tuple[tuple, dict]:
             def cut(v: Any) -> Any:
-                # Per-row tensors, and per-row lists (Qwen-Image's img_shapes), are split.
+                # Per-row tensors, and per-row lists (per-sample metadata), are split.
                 if isinstance(v, torch.Tensor) and v.ndim and v.shape[0] == rows:
                     return v[i * half : (i + 1) * half]
                 if isinstance(v, list) and len(v) == rows:
@@ -177,32 +123,44 @@ def parallelize_denoiser(
     router: AttentionRouter | None = None,
     *,
     state: ParallelState | None = None,
+    registry: Registry | None = None,
 ) -> Any:
     """Return ``model`` ready for this rank's layout (unchanged when running alone).
 
     ``router`` is the pipeline's attention router (``options.attention``); Ulysses wraps its
-    self and joint roles. Call it once per denoiser after loading (and after any
-    ``route_attention``), then use the returned object wherever the model was used.
+    self and joint roles. Pipelines call it in ``from_pretrained`` once per denoiser, after
+    ``route_attention`` and ``apply_acceleration``, and use the returned object wherever the
+    model was used; outside a worker group it is a no-op. ``registry`` (default: the process's)
+    is where the denoiser's :class:`~omni_core.denoisers.SequencePlan` is looked up.
     """
     state = state if state is not None else current_parallel_state()
     if state is None or state.world_size == 1:
         return model
     done = getattr(model, "_omni_parallel_wrapper", None)
-    if done is not None:  # idempotent: a pipeline and the worker program may both ask
+    if done is not None:  # idempotent: asking twice gives the same wrapper
         return done
-    result = _parallelize(model, router, state)
+    result = _parallelize(model, router, state, registry)
     model._omni_parallel_wrapper = result  # type: ignore[attr-defined]
     return result
 
 
-def _parallelize(model: Any, router: AttentionRouter | None, state: ParallelState) -> Any:
+def sequence_parallel_of(model: Any) -> SequenceParallel | None:
+    """The Ulysses state :func:`parallelize_denoiser` gave ``model`` (None: not sharded)."""
+    inner = model.model if isinstance(model, BatchSplitParallel) else model
+    return getattr(inner, "_omni_sequence_parallel", None)
+
+
+def _parallelize(
+    model: Any, router: AttentionRouter | None, state: ParallelState, registry: Registry | None
+) -> Any:
     if state.sequence_parallel:
         name = type(model).__name__
-        plan = SEQUENCE_PLANS.get(name)
+        plan = resolve_denoiser(model, registry).sequence_plan
         if plan is None:
             raise DistributedError(
                 f"ulysses_degree={state.layout.ulysses_degree}: no sequence-parallel plan for "
-                f"{name}; known: {', '.join(sorted(SEQUENCE_PLANS))}"
+                f"{name}; its model plugin must register a DenoiserSpec "
+                "(omni_register_denoisers) whose DenoiserAdapter has a sequence_plan"
             )
         heads = getattr(getattr(model, "config", None), "num_attention_heads", None)
         if heads is not None and heads % state.layout.ulysses_degree:

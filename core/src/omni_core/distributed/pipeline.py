@@ -7,13 +7,13 @@ available) and rank 0 validates requests. :class:`ParallelPipeline` is the servi
 :class:`StagedPipeline` whose prepare / step / decode run on every rank in lock-step, so the
 API and the serving engine use it like any local pipeline; rank 0's results come back.
 
-A pipeline opts in by wrapping its denoiser(s) after loading::
+A pipeline opts in by wrapping its denoiser(s) in ``from_pretrained`` (a no-op outside a worker
+group) and reporting them from :meth:`~omni_core.pipelines.base.Pipeline.denoisers`::
 
-    from omni_core.distributed.parallelize import parallelize_denoiser
+    from omni_core import parallelize_denoiser
     self.transformer = parallelize_denoiser(self.transformer, options.attention)
 
-Pipelines that have not done so yet can still be served: ``auto_parallelize=True`` wraps the
-usual attributes (``transformer``, ``transformer_2``, ``transformers``) after loading.
+The core never looks for denoisers on the pipeline object by attribute name.
 """
 
 from __future__ import annotations
@@ -27,42 +27,15 @@ from omni_core.config import (
     ParallelConfig,
     QuantizationConfig,
 )
-from omni_core.distributed.launcher import ParallelLauncher, WorkerContext, WorkerProgram
+from omni_core.distributed.launcher import ParallelLauncher
 from omni_core.distributed.layout import checkpoint_num_heads
+from omni_core.distributed.worker import WorkerContext, WorkerProgram
 from omni_core.pipelines.base import StagedPipeline
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.pipelines.base import DenoiseState, GenerationRequest, GenerationResult
     from omni_core.platforms import Platform
     from omni_core.registry import PipelineSpec
-
-_DENOISER_ATTRS = ("transformer", "transformer_2")
-
-
-def auto_parallelize(pipeline: Any, router: Any = None) -> int:
-    """Wrap a loaded pipeline's denoiser attributes with :func:`parallelize_denoiser`.
-
-    Returns how many denoisers it wrapped; denoisers the pipeline already passed through
-    ``parallelize_denoiser`` are left as they are.
-    """
-    from omni_core.distributed.parallelize import parallelize_denoiser
-
-    count = 0
-
-    def wrap(model: Any) -> Any:
-        nonlocal count
-        if model is None or getattr(model, "_omni_parallel_wrapper", None) is not None:
-            return model
-        count += 1
-        return parallelize_denoiser(model, router)
-
-    for attr in _DENOISER_ATTRS:
-        if getattr(pipeline, attr, None) is not None:
-            setattr(pipeline, attr, wrap(getattr(pipeline, attr)))
-    models = getattr(pipeline, "transformers", None)
-    if isinstance(models, list):
-        models[:] = [wrap(m) for m in models]
-    return count
 
 
 class PipelineProgram(WorkerProgram):
@@ -86,7 +59,6 @@ class PipelineProgram(WorkerProgram):
         quantization: QuantizationConfig | None = None,
         parallel: ParallelConfig | None = None,
         extra: dict[str, Any] | None = None,
-        auto_parallelize: bool = True,
         max_batch: int = 8,
     ) -> None:
         self.path = Path(path)
@@ -97,7 +69,6 @@ class PipelineProgram(WorkerProgram):
         self.quantization = quantization or QuantizationConfig()
         self.parallel = parallel or ParallelConfig()
         self.extra = dict(extra or {})
-        self.auto_parallelize = auto_parallelize
         self.max_batch = max_batch
 
     def setup(self, ctx: WorkerContext) -> None:
@@ -120,11 +91,10 @@ class PipelineProgram(WorkerProgram):
             quantization=self.quantization,
             parallel=self.parallel,
             extra=self.extra,
+            spec=spec,
         )
         pipeline = spec.load().from_pretrained(self.path, options)
         pipeline.spec = spec
-        if self.auto_parallelize:
-            auto_parallelize(pipeline, options.attention)
         self.pipeline: StagedPipeline = pipeline
         self.platform = platform
         self.device = ctx.device
@@ -138,6 +108,8 @@ class PipelineProgram(WorkerProgram):
     def answer(self, payload: Any) -> Any:
         if payload[0] == "validate":
             return self.pipeline.validate(payload[1])
+        if payload[0] == "output_fps":
+            return self.pipeline.output_fps(payload[1])
         if payload[0] == "describe":
             return self.describe()
         raise ValueError(f"unknown question {payload[0]!r}")
@@ -176,6 +148,7 @@ class PipelineProgram(WorkerProgram):
     def describe(self) -> dict[str, Any]:
         """The layout and, per sequence-parallel denoiser, the last shard sizes (for info)."""
         from omni_core.distributed.groups import current_parallel_state
+        from omni_core.distributed.parallelize import sequence_parallel_of
 
         state = current_parallel_state()
         info: dict[str, Any] = {
@@ -184,8 +157,8 @@ class PipelineProgram(WorkerProgram):
             "world_size": state.world_size if state is not None else 1,
         }
         shards = []
-        for model in _denoisers(self.pipeline):
-            sp = getattr(getattr(model, "model", model), "_omni_sequence_parallel", None)
+        for model in self.pipeline.denoisers().values():
+            sp = sequence_parallel_of(model)
             if sp is not None and sp.sizes is not None:
                 shards.append(list(sp.sizes))
         if shards:
@@ -244,6 +217,10 @@ class ParallelPipeline(StagedPipeline):
     def validate(self, request: GenerationRequest) -> GenerationRequest:
         return self.launcher.run(("validate", request), kind="ask")
 
+    def output_fps(self, request: GenerationRequest) -> int | None:
+        """The loaded pipeline's answer (rank 0), so ``seconds`` maps to the real frame rate."""
+        return self.launcher.run(("output_fps", request), kind="ask")
+
     def prepare(self, request: GenerationRequest) -> DenoiseState:
         import weakref
 
@@ -280,14 +257,6 @@ class ParallelPipeline(StagedPipeline):
         with self._lock:
             drops, self._drops = self._drops, []
         return drops
-
-
-def _denoisers(pipeline: Any) -> list[Any]:
-    found = [getattr(pipeline, a, None) for a in _DENOISER_ATTRS]
-    models = getattr(pipeline, "transformers", None)
-    if isinstance(models, list):
-        found += models
-    return [m for m in found if m is not None]
 
 
 def launch_pipeline(

@@ -64,6 +64,10 @@ SHARED_TO_CALL = {
 }
 
 
+#: Frame rate of a video pipeline whose ``__call__`` declares none (diffusers' export default).
+DEFAULT_FPS = 16
+
+
 class AdapterExtras(BaseModel):
     """Extras are the pipeline's own ``__call__`` keyword arguments, checked by name at load."""
 
@@ -115,6 +119,22 @@ class DiffusersAdapterPipeline(StagedPipeline):
 
     def validate(self, request: GenerationRequest) -> GenerationRequest:
         return check_request(type(self.pipe).__name__, self.parameters, request)
+
+    def output_fps(self, request: GenerationRequest) -> int | None:
+        """A video pipeline's frame rate: the request's ``fps`` extra where ``__call__`` takes
+        one, else the default ``__call__`` declares for ``fps``, else :data:`DEFAULT_FPS`."""
+        if not self.is_video:
+            return None
+        parameter = self.parameters.get("fps")
+        if parameter is None:
+            return DEFAULT_FPS
+        given = request.extras.get("fps")
+        if given is not None:
+            return int(given)
+        default = parameter.default
+        if isinstance(default, int | float) and not isinstance(default, bool) and default > 0:
+            return int(default)
+        return DEFAULT_FPS
 
     @classmethod
     def precheck(cls, path: Path, request: GenerationRequest) -> GenerationRequest:
@@ -172,8 +192,7 @@ class DiffusersAdapterPipeline(StagedPipeline):
             if frames.ndim == 5:
                 frames = frames[0]
             video = (np.clip(frames, 0.0, 1.0) * 255).round().astype(np.uint8)
-            fps = int(getattr(self.pipe, "default_fps", 0) or 16)
-            return GenerationResult(video=video, fps=fps, info=info)
+            return GenerationResult(video=video, fps=self.output_fps(state.request), info=info)
         images = list(output) if isinstance(output, list | tuple) else [output]
         return GenerationResult(images=images, info=info)
 

@@ -14,200 +14,46 @@ One class serves every variant; ``model_index.json`` says which:
 - ``WanPipeline`` (Wan2.1 T2V 1.3B / 14B; Wan2.2 T2V-A14B with ``transformer_2`` and
   ``boundary_ratio``; Wan2.2 TI2V-5B with ``expand_timesteps``, text or text+image);
 - ``WanImageToVideoPipeline`` (Wan2.1 I2V with a CLIP image encoder; Wan2.2 I2V-A14B).
+
+Why this module is ~450 lines: it is the three stages of one class, kept together so they read
+top to bottom like diffusers' own ``__call__``. Everything else is cut out by job: the checkpoint
+layout and request checks (:mod:`omni_wan.layout`), loading (:mod:`omni_wan.loading`), the text
+and image encoders and the VAE (:mod:`omni_wan.encoders`), mixed-step batching
+(:mod:`omni_wan.batching`) and what acceleration/parallelism know about the transformer
+(:mod:`omni_wan.denoiser`).
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import random
 from collections.abc import Hashable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from omni_core.errors import ConfigError, InvalidRequestError, ModelNotFoundError
-from omni_core.pipelines.base import (
+from omni_core import (
+    ConfigError,
     DenoiseState,
     GenerationRequest,
     GenerationResult,
+    InvalidRequestError,
     PipelineOptions,
+    ScheduleTable,
     StagedPipeline,
+    apply_acceleration,
+    cache_key,
+    parallelize_denoiser,
+    route_attention,
 )
-from omni_core.pipelines.schedule import ScheduleTable
+from omni_wan.batching import apply_weights, stack_slot, weights_tensor
+from omni_wan.encoders import WanEncoders
 from omni_wan.extras import WanExtras
+from omni_wan.layout import WanLayout, is_checked, parse_extras
 
-#: diffusers' defaults for Wan (WanPipeline.__call__).
-DEFAULT_HEIGHT = 480
-DEFAULT_WIDTH = 832
-DEFAULT_FRAMES = 81
-DEFAULT_STEPS = 50
-DEFAULT_GUIDANCE = 5.0
 #: cfg_batch="auto": batch CFG's branches while one forward holds at most this many tokens.
 CFG_BATCH_MAX_TOKENS = 16384
-#: Text tokens Wan's I2V cross-attention assumes (diffusers hard-codes it).
-I2V_TEXT_TOKENS = 512
-
-
-@dataclass(frozen=True)
-class WanLayout:
-    """What the checkpoint's JSON files say, read without loading any weights."""
-
-    class_name: str
-    boundary_ratio: float | None
-    expand_timesteps: bool
-    two_experts: bool
-    vae_spatial: int
-    vae_temporal: int
-    patch: tuple[int, int, int]
-    in_channels: int
-    z_dim: int
-    image_dim: int | None
-
-    @property
-    def image_to_video(self) -> bool:
-        return self.class_name == "WanImageToVideoPipeline"
-
-    @property
-    def default_fps(self) -> int:
-        """Frames per second of the reference: 24 for Wan2.2 TI2V-5B, 16 for the others."""
-        return 24 if self.expand_timesteps else 16
-
-    @property
-    def size_multiple(self) -> tuple[int, int]:
-        return (self.vae_spatial * self.patch[1], self.vae_spatial * self.patch[2])
-
-    @property
-    def variant(self) -> str:
-        if self.image_to_video:
-            return "i2v-a14b" if self.two_experts else "i2v"
-        if self.expand_timesteps:
-            return "ti2v"
-        return "t2v-a14b" if self.two_experts else "t2v"
-
-    @classmethod
-    def read(cls, path: Path) -> WanLayout:
-        try:
-            index = json.loads((path / "model_index.json").read_text())
-            transformer_dir = "transformer" if _present(index, "transformer") else "transformer_2"
-            transformer = json.loads((path / transformer_dir / "config.json").read_text())
-            vae = json.loads((path / "vae" / "config.json").read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ModelNotFoundError(f"{path}: not a Wan diffusers checkpoint: {exc}") from None
-        return cls(
-            class_name=index.get("_class_name", "WanPipeline"),
-            boundary_ratio=index.get("boundary_ratio"),
-            expand_timesteps=bool(index.get("expand_timesteps", False)),
-            two_experts=_present(index, "transformer") and _present(index, "transformer_2"),
-            vae_spatial=int(vae.get("scale_factor_spatial") or 8),
-            vae_temporal=int(vae.get("scale_factor_temporal") or 4),
-            patch=tuple(transformer.get("patch_size", (1, 2, 2))),  # type: ignore[arg-type]
-            in_channels=int(transformer.get("in_channels", 16)),
-            z_dim=int(vae.get("z_dim", 16)),
-            image_dim=transformer.get("image_dim"),
-        )
-
-    def check(self, request: GenerationRequest) -> GenerationRequest:
-        """Complete defaults and reject what Wan cannot do, before any compute."""
-        extras = parse_extras(request.extras)
-        height = request.height or DEFAULT_HEIGHT
-        width = request.width or DEFAULT_WIDTH
-        frames = request.num_frames or DEFAULT_FRAMES
-        mh, mw = self.size_multiple
-        for name, value, multiple in (("height", height, mh), ("width", width, mw)):
-            if value % multiple:
-                raise InvalidRequestError(
-                    f"{name} {value} is not divisible by {multiple} (VAE factor "
-                    f"{self.vae_spatial} x patch {multiple // self.vae_spatial}); try "
-                    f"{max(multiple, round(value / multiple) * multiple)}",
-                    param=name,
-                )
-        if (frames - 1) % self.vae_temporal:
-            k = max(0, round((frames - 1) / self.vae_temporal))
-            raise InvalidRequestError(
-                f"num_frames {frames} must be {self.vae_temporal}k+1 (e.g. 5, 17, 49, 81, 121); "
-                f"try {k * self.vae_temporal + 1}",
-                param="num_frames",
-            )
-        if request.num_outputs != 1:
-            raise InvalidRequestError(
-                "Wan generates one video per request; send several requests instead",
-                param="n",
-            )
-        images = list(request.images)
-        if self.image_to_video and len(images) != 1:
-            raise InvalidRequestError(
-                f"this is an image-to-video checkpoint ({self.variant}): give exactly one "
-                f"conditioning image (got {len(images)})",
-                param="image",
-            )
-        if not self.image_to_video and not self.expand_timesteps and images:
-            raise InvalidRequestError(
-                f"this text-to-video checkpoint ({self.variant}) takes no image; use a Wan I2V "
-                "or TI2V checkpoint for image conditioning",
-                param="image",
-            )
-        if len(images) > 1:
-            raise InvalidRequestError("Wan takes at most one conditioning image", param="image")
-        for image in images:
-            if not hasattr(image, "convert") or not hasattr(image, "size"):
-                raise InvalidRequestError("image must be a PIL image", param="image")
-        boundary = extras.boundary_ratio if extras.boundary_ratio is not None else None
-        if boundary is not None and not self.two_experts:
-            raise InvalidRequestError(
-                "boundary_ratio needs a two-expert (Wan2.2 A14B) checkpoint",
-                param="boundary_ratio",
-            )
-        if extras.guidance_scale_2 is not None and not (
-            self.two_experts and (boundary or self.boundary_ratio) is not None
-        ):
-            raise InvalidRequestError(
-                "guidance_scale_2 is only used by two-expert (Wan2.2 A14B) checkpoints",
-                param="guidance_scale_2",
-            )
-        if self.image_dim is not None and extras.max_sequence_length != I2V_TEXT_TOKENS:
-            raise InvalidRequestError(
-                f"Wan2.1 I2V needs max_sequence_length={I2V_TEXT_TOKENS}",
-                param="max_sequence_length",
-            )
-        return request.model_copy(
-            update={
-                "height": height,
-                "width": width,
-                "num_frames": frames,
-                "num_inference_steps": request.num_inference_steps or DEFAULT_STEPS,
-                "guidance_scale": (
-                    request.guidance_scale
-                    if request.guidance_scale is not None
-                    else DEFAULT_GUIDANCE
-                ),
-                "images": images,
-                "extras": extras.model_dump(),
-            }
-        )
-
-
-def parse_extras(extras: dict[str, Any]) -> WanExtras:
-    """Validate Wan's extras; an unknown or bad one is an InvalidRequestError naming it."""
-    from pydantic import ValidationError
-
-    try:
-        return WanExtras.model_validate(extras)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        name = ".".join(str(p) for p in first["loc"]) or "extras"
-        if first["type"] == "extra_forbidden":
-            known = ", ".join(WanExtras.model_fields)
-            message = f"unknown extra {name!r} for Wan; known extras: {known}"
-        else:
-            message = f"extras.{name}: {first['msg']}"
-        raise InvalidRequestError(message, param=name) from None
-
-
-def _present(index: dict[str, Any], name: str) -> bool:
-    entry = index.get(name)
-    return isinstance(entry, list) and len(entry) == 2 and entry[0] is not None
 
 
 class WanVideoPipeline(StagedPipeline):
@@ -222,24 +68,13 @@ class WanVideoPipeline(StagedPipeline):
         self.dtype = options.dtype
         # Text encoder, tokenizer and VAE may be absent when prompt embeddings are given
         # (prepare_embedded) and decoding is not needed, e.g. in step benchmarks.
-        self.tokenizer = components.get("tokenizer")
-        self.text_encoder = components.get("text_encoder")
-        self.vae = components.get("vae")
+        self.encoders = WanEncoders(components, layout, options.device, options.dtype)
         self.scheduler = components["scheduler"]
-        self.image_encoder = components.get("image_encoder")
-        self.image_processor = components.get("image_processor")
-        self.transformers = [
-            m for m in (components.get("transformer"), components.get("transformer_2")) if m
-        ]
+        #: The denoisers by component name: one expert, or Wan2.2 A14B's high-noise
+        #: ``transformer`` and low-noise ``transformer_2``, in the order the experts run.
+        self.experts = [n for n in ("transformer", "transformer_2") if components.get(n)]
+        self.transformers = [components[n] for n in self.experts]
         self.routing = [_route(m, options) for m in self.transformers]
-        from diffusers.video_processor import VideoProcessor
-
-        self.video_processor = VideoProcessor(vae_scale_factor=layout.vae_spatial)
-        if self.vae is not None:
-            vae_cfg = self.vae.config
-            shape = (1, vae_cfg.z_dim, 1, 1, 1)
-            self._latents_mean = torch.tensor(vae_cfg.latents_mean).view(shape)
-            self._latents_std_inv = 1.0 / torch.tensor(vae_cfg.latents_std).view(shape)
         self._tables: dict[tuple[int, float | None], ScheduleTable] = {}
         #: options.extra["cfg_batch"]: True runs CFG's two branches as one batched forward,
         #: False as two forwards (diffusers' way: half the activation memory), "auto" (default)
@@ -257,71 +92,19 @@ class WanVideoPipeline(StagedPipeline):
 
     @classmethod
     def from_pretrained(cls, path: Path, options: PipelineOptions) -> WanVideoPipeline:
-        import diffusers
-        from diffusers import AutoencoderKLWan, WanTransformer3DModel
-        from transformers import AutoTokenizer, UMT5EncoderModel
+        from omni_wan.loading import load_components
 
-        from omni_core.pipelines.diffusers_utils import dtype_kwargs
-
-        layout = WanLayout.read(path)
-        index = json.loads((path / "model_index.json").read_text())
-        device, dtype = options.device, options.dtype
-        vae_dtype = _dtype(options.extra.get("vae_dtype"), torch.float32)
-        components: dict[str, Any] = {}
-        for name in ("transformer", "transformer_2"):
-            if _present(index, name):
-                components[name] = (
-                    WanTransformer3DModel.from_pretrained(
-                        path / name, **dtype_kwargs(dtype), use_safetensors=True
-                    )
-                    .to(device)
-                    .eval()
-                )
-        components["vae"] = (
-            AutoencoderKLWan.from_pretrained(
-                path / "vae", **dtype_kwargs(vae_dtype), use_safetensors=True
-            )
-            .to(device)
-            .eval()
-        )
-        components["text_encoder"] = (
-            UMT5EncoderModel.from_pretrained(
-                path / "text_encoder", dtype=dtype, use_safetensors=True
-            )
-            .to(device)
-            .eval()
-        )
-        components["tokenizer"] = AutoTokenizer.from_pretrained(path / "tokenizer")
-        scheduler_name = json.loads((path / "scheduler" / "scheduler_config.json").read_text())[
-            "_class_name"
-        ]
-        scheduler_cls = getattr(diffusers, scheduler_name, None)
-        if scheduler_cls is None or not issubclass(scheduler_cls, diffusers.SchedulerMixin):
-            raise ModelNotFoundError(f"{path}: unknown scheduler class {scheduler_name!r}")
-        components["scheduler"] = scheduler_cls.from_pretrained(path / "scheduler")
-        if _present(index, "image_encoder"):
-            from transformers import CLIPImageProcessor, CLIPVisionModel
-
-            components["image_encoder"] = (
-                CLIPVisionModel.from_pretrained(
-                    path / "image_encoder", dtype=dtype, use_safetensors=True
-                )
-                .to(device)
-                .eval()
-            )
-            components["image_processor"] = CLIPImageProcessor.from_pretrained(
-                path / "image_processor"
-            )
-        pipeline = cls(layout, components, options)  # routes attention first
-        from omni_core.acceleration import apply_acceleration
-
-        # Fused QKV (safe for Wan2.1 I2V too: fusion keeps add_k_proj, which diffusers' processor
-        # reads to split the CLIP image tokens), quantization, regional compile, step cache.
+        components = load_components(path, options)
+        pipeline = cls(WanLayout.read(path), components, options)  # routes attention first
+        # Fused QKV, quantization, regional compile, step cache (what the Wan DenoiserSpec of
+        # omni_wan.denoiser allows); then each expert is wrapped for this rank's parallel
+        # layout (a no-op outside a worker group).
         pipeline.accel = apply_acceleration(
-            {n: components.get(n) for n in ("transformer", "transformer_2")},
-            options,
-            pipeline_cls=cls,
+            {n: components.get(n) for n in ("transformer", "transformer_2")}, options
         )
+        pipeline.transformers = [
+            parallelize_denoiser(m, options.attention) for m in pipeline.transformers
+        ]
         return pipeline
 
     @classmethod
@@ -329,28 +112,61 @@ class WanVideoPipeline(StagedPipeline):
         return WanLayout.read(path).check(request)
 
     def validate(self, request: GenerationRequest) -> GenerationRequest:
+        """The layout's checks, once per request: defaults completed, extras parsed and dumped
+        (``prepare`` trusts what this returns)."""
         return self.layout.check(request)
 
     def output_fps(self, request: GenerationRequest) -> int:
-        return parse_extras(request.extras).fps or self.layout.default_fps
+        """24 for Wan2.2 TI2V-5B, 16 for the others, or the request's ``fps`` extra.
+
+        Also asked for a raw request (the server maps ``seconds`` to frames before validating),
+        so a given ``fps`` is checked as ``validate`` would check it.
+        """
+        fps = request.extras.get("fps")
+        if fps is None:
+            return self.layout.default_fps
+        return parse_extras({"fps": fps}).fps or self.layout.default_fps
+
+    def denoisers(self) -> dict[str, Any]:
+        return dict(zip(self.experts, self.transformers, strict=True))
 
     # -- stages ----------------------------------------------------------------------------
 
     @torch.no_grad()
     def prepare(self, request: GenerationRequest) -> DenoiseState:
-        request = self.layout.check(request)
-        extras = WanExtras.model_validate(request.extras)  # already checked above
+        from diffusers.pipelines.wan.pipeline_wan import prompt_clean
+
+        request, extras = self._checked(request)
         cfg = float(request.guidance_scale or 0.0) > 1.0
         texts = [request.prompt] + ([request.negative_prompt or ""] if cfg else [])
-        embeds = self._encode_text(texts, extras.max_sequence_length)
-        return self.prepare_embedded(request, embeds)
+        # As diffusers' Wan pipelines: ftfy-fixed, whitespace-collapsed prompts.
+        texts = [prompt_clean(text) for text in texts]
+        embeds = self.encoders.text(texts, extras.max_sequence_length, self.transformers[0].dtype)
+        return self._start(request, extras, embeds)
 
     @torch.no_grad()
     def prepare_embedded(self, request: GenerationRequest, embeds: torch.Tensor) -> DenoiseState:
         """:meth:`prepare` with the text already encoded: ``embeds`` is ``[1 or 2, L, D]``
-        (prompt, then negative prompt when guidance > 1), as the T5 encoder would give it."""
-        request = self.layout.check(request)
-        extras = WanExtras.model_validate(request.extras)
+        (prompt, then negative prompt when guidance > 1), as the T5 encoder would give it.
+        ``request`` may be raw (benchmarks build it by hand): it is validated here if needed."""
+        request, extras = self._checked(request)
+        return self._start(request, extras, embeds)
+
+    def _checked(self, request: GenerationRequest) -> tuple[GenerationRequest, WanExtras]:
+        """``request`` as :meth:`validate` returns it, with its extras typed.
+
+        The core validates every request once before ``prepare``; such a request is trusted as
+        is (no second layout check, no second extras parse). Anything else, a raw request from
+        a benchmark or a test, is validated here first.
+        """
+        if not is_checked(request):
+            request = self.validate(request)
+        return request, WanExtras.model_construct(**request.extras)
+
+    def _start(
+        self, request: GenerationRequest, extras: WanExtras, embeds: torch.Tensor
+    ) -> DenoiseState:
+        """Noise, conditioning latents and the schedule of a validated request."""
         layout = self.layout
         height, width, frames = request.height, request.width, request.num_frames
         assert height and width and frames and request.num_inference_steps
@@ -367,8 +183,8 @@ class WanVideoPipeline(StagedPipeline):
 
         image = request.images[0] if request.images else None
         image_embeds = None
-        if image is not None and self.image_encoder is not None:
-            image_embeds = self._encode_image(image)
+        if image is not None and self.encoders.image_encoder is not None:
+            image_embeds = self.encoders.image(image, self.transformers[0].dtype)
 
         channels = (
             layout.z_dim if layout.image_to_video or image is not None else layout.in_channels
@@ -391,7 +207,7 @@ class WanVideoPipeline(StagedPipeline):
             "ts_mask": None,
         }
         if image is not None:
-            condition = self._encode_condition(image, height, width, frames)
+            condition = self.encoders.condition(image, height, width, frames)
             if layout.expand_timesteps:
                 mask = torch.ones(1, 1, lat_frames, lat_h, lat_w, device=self.device)
                 mask[:, :, 0] = 0
@@ -434,7 +250,7 @@ class WanVideoPipeline(StagedPipeline):
             # Device copies made once here, so that states at different steps (or with
             # different guidance) can share a step with no host-to-device copy in step().
             guidance_t=torch.tensor(scales, dtype=torch.float32).to(self.device),
-            weights_t=_weights_tensor(table).to(self.device),
+            weights_t=weights_tensor(table).to(self.device),
         )
         return DenoiseState(request=request, num_steps=table.num_steps, data=data)
 
@@ -546,14 +362,14 @@ class WanVideoPipeline(StagedPipeline):
             n_samples = len(first["samples"]) if lockstep else table.sample_history
             n_outputs = len(first["outputs"]) if lockstep else table.output_history - 1
             samples = [latents] + [
-                _stack_slot(states, "samples", k) for k in range(1, n_samples)
+                stack_slot(states, "samples", k) for k in range(1, n_samples)
             ]
-            outputs = [velocity] + [_stack_slot(states, "outputs", j) for j in range(n_outputs)]
+            outputs = [velocity] + [stack_slot(states, "outputs", j) for j in range(n_outputs)]
         if lockstep:
             new = table.apply(n, samples, outputs)
         else:
             weights = torch.stack([s.data["weights_t"][s.step_index] for s in states])
-            new = _apply_weights(weights, samples, outputs, table.sample_history)
+            new = apply_weights(weights, samples, outputs, table.sample_history)
         news = [new] if one else list(new.split(1))
         velocities = [velocity] if one else list(velocity.split(1))
         for state, sample, vel in zip(states, news, velocities, strict=True):
@@ -569,14 +385,7 @@ class WanVideoPipeline(StagedPipeline):
         if d["frame_mask"] is not None:
             mask = d["frame_mask"]
             latents = (1 - mask) * d["condition"] + mask * latents
-        vae_device = next(self.vae.parameters()).device
-        latents = latents.to(vae_device, self.vae.dtype)
-        mean = self._latents_mean.to(latents.device, latents.dtype)
-        std_inv = self._latents_std_inv.to(latents.device, latents.dtype)
-        video = self.vae.decode(latents / std_inv + mean, return_dict=False)[0]
-        # diffusers' VideoProcessor "np" output is (x / 2 + 0.5).clamp(0, 1); to uint8 on device.
-        frames = ((video[0] / 2 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8)
-        array = frames.permute(1, 2, 3, 0).contiguous().cpu().numpy()
+        array = self.encoders.decode(latents)
         images = None
         if array.shape[0] == 1:  # a one-frame "video" is an image: offer it as one too
             from PIL import Image
@@ -614,11 +423,7 @@ class WanVideoPipeline(StagedPipeline):
     def _cache_context(self, component: str, ids: list[str], branch: str | None) -> Any:
         """The step cache's context for one forward (a no-op without a cache)."""
         if self.accel is None or not self.accel.caches:
-            import contextlib
-
             return contextlib.nullcontext()
-        from omni_core.acceleration import cache_key
-
         return self.accel.cache_context(component, cache_key(ids, branch))
 
     def _table(self, steps: int, flow_shift: float | None) -> ScheduleTable:
@@ -633,88 +438,6 @@ class WanVideoPipeline(StagedPipeline):
             table = ScheduleTable.from_scheduler(scheduler, steps)
             self._tables[key] = table
         return table
-
-    def _encode_text(self, prompts: list[str], max_length: int) -> torch.Tensor:
-        from diffusers.pipelines.wan.pipeline_wan import prompt_clean
-
-        inputs = self.tokenizer(
-            [prompt_clean(p) for p in prompts],
-            padding="max_length",
-            max_length=max_length,
-            truncation=True,
-            add_special_tokens=True,
-            return_attention_mask=True,
-            return_tensors="pt",
-        )
-        # Token counts come from the host-side mask: no device round trip.
-        lengths = inputs.attention_mask.gt(0).sum(dim=1).tolist()
-        encoder_device = next(self.text_encoder.parameters()).device
-        hidden = self.text_encoder(
-            inputs.input_ids.to(encoder_device), inputs.attention_mask.to(encoder_device)
-        ).last_hidden_state
-        hidden = hidden.to(device=self.device, dtype=self.dtype)
-        # Wan zeroes the padding positions (diffusers trims to the length, then pads with 0).
-        out = torch.zeros_like(hidden)
-        for i, length in enumerate(lengths):
-            out[i, :length] = hidden[i, :length]
-        return out.to(self.transformers[0].dtype)
-
-    def _encode_image(self, image: Any) -> torch.Tensor:
-        assert self.image_encoder is not None and self.image_processor is not None
-        encoder_device = next(self.image_encoder.parameters()).device
-        pixels = self.image_processor(images=image, return_tensors="pt").to(encoder_device)
-        hidden = self.image_encoder(**pixels, output_hidden_states=True).hidden_states[-2]
-        return hidden.to(self.device, self.transformers[0].dtype)
-
-    def _encode_condition(self, image: Any, height: int, width: int, frames: int) -> torch.Tensor:
-        """VAE latents of the conditioning image (first frame; zeros after it for I2V)."""
-        pixels = self.video_processor.preprocess(image, height=height, width=width)
-        pixels = pixels.to(self.device, torch.float32).unsqueeze(2)
-        if not self.layout.expand_timesteps:
-            pixels = torch.cat([pixels, pixels.new_zeros(1, 3, frames - 1, height, width)], dim=2)
-        vae_device = next(self.vae.parameters()).device
-        posterior = self.vae.encode(pixels.to(vae_device, self.vae.dtype)).latent_dist
-        condition = posterior.mode().to(self.device, torch.float32)
-        mean = self._latents_mean.to(condition.device)
-        std_inv = self._latents_std_inv.to(condition.device)
-        return (condition - mean) * std_inv
-
-
-def _weights_tensor(table: ScheduleTable) -> torch.Tensor:
-    """The table's per-step weights as ``[steps, K + W]`` (zeros where a step uses fewer)."""
-    k, w = table.sample_history, table.output_history
-    rows = torch.zeros(table.num_steps, k + w, dtype=torch.float32)
-    for n, (a, b) in enumerate(zip(table.sample_weights, table.output_weights, strict=True)):
-        rows[n, : len(a)] = torch.tensor(a, dtype=torch.float32)
-        rows[n, k : k + len(b)] = torch.tensor(b, dtype=torch.float32)
-    return rows
-
-
-def _stack_slot(states: list[DenoiseState], key: str, index: int) -> torch.Tensor:
-    """Slot ``index`` of every state's ``key`` history, batched; zeros where a state has none
-    yet (a state that early gives that slot zero weight)."""
-    parts = []
-    for state in states:
-        history = state.data[key]
-        parts.append(
-            history[index]
-            if index < len(history)
-            else torch.zeros_like(state.data["samples"][0])
-        )
-    return torch.cat(parts)
-
-
-def _apply_weights(
-    weights: torch.Tensor, samples: list[torch.Tensor], outputs: list[torch.Tensor], k: int
-) -> torch.Tensor:
-    """x[n+1] per sample: ``weights`` is ``[B, K + W]`` over samples then outputs."""
-    shape = (-1,) + (1,) * (samples[0].ndim - 1)
-    result = samples[0] * weights[:, 0].view(shape)
-    for i, tensor in enumerate(samples[1:], start=1):
-        result = result.addcmul_(tensor, weights[:, i].view(shape))
-    for j, tensor in enumerate(outputs):
-        result = result.addcmul_(tensor, weights[:, k + j].view(shape))
-    return result
 
 
 def _cfg_batch(value: Any) -> bool | str:
@@ -731,19 +454,6 @@ def _cfg_batch(value: Any) -> bool | str:
 
 
 def _route(model: Any, options: PipelineOptions) -> dict[str, Any]:
-    from omni_core.pipelines.diffusers_attention import route_attention
-
     report = route_attention(model, options.attention)
     names = dict(options.attention.names) if options.attention is not None else {}
     return {"routed": report.routed, "skipped": report.skipped, "backends": names}
-
-
-def _dtype(value: Any, default: torch.dtype) -> torch.dtype:
-    if value is None:
-        return default
-    if isinstance(value, torch.dtype):
-        return value
-    result = getattr(torch, str(value).removeprefix("torch."), None)
-    if not isinstance(result, torch.dtype):
-        raise InvalidRequestError(f"unknown dtype {value!r}", param="vae_dtype")
-    return result
