@@ -1,11 +1,17 @@
-"""The Python API: ``Omni(model).generate(...)``."""
+"""The Python API: ``Omni(model).generate(...)``, and the one model loader behind it.
+
+``omni generate``, ``omni serve`` and the server load models through :class:`Omni` (and find
+them with :func:`locate_model` before loading, to fail fast); requests are built by
+:mod:`omni_core.requests`, the one request path of the Python API, the CLI and the server.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omni_core.config import (
     AttentionConfig,
@@ -25,8 +31,13 @@ from omni_core.pipelines.base import (
     StagedPipeline,
 )
 from omni_core.pipelines.runtime import ProgressFn
+from omni_core.requests import build_request, split_keywords
 
-_SHARED_FIELDS = set(GenerationRequest.model_fields) - {"extras", "request_id"}
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from omni_core.platforms import Platform
+    from omni_core.registry import PipelineSpec, Registry
 
 
 def _as_config(value: Any, model: type, field: str) -> Any:
@@ -78,6 +89,75 @@ def resolve_model_reference(
     return (resolved if kwargs else model), kwargs
 
 
+@dataclass(frozen=True)
+class ModelLocation:
+    """Where a model reference loads from and which registered pipeline serves it."""
+
+    path: Path
+    spec: PipelineSpec
+    #: Loading options the reference implies (a speech voice folder's ``default_voice``).
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def locate_model(
+    model: str | Path,
+    pipeline: str | None = None,
+    *,
+    revision: str | None = None,
+    registry: Registry | None = None,
+) -> ModelLocation:
+    """Find ``model`` (folder, Hub id or speech reference) and its pipeline, loading nothing.
+
+    :class:`Omni` loads what this finds; ``omni serve`` and ``omni generate`` call it first so
+    a wrong model fails in a second, before a port is bound or weights are read.
+    """
+    from omni_core.pipelines.loading import find_pipeline, resolve_model_path
+
+    if registry is None:
+        from omni_core.plugins import get_registry
+
+        registry = get_registry()
+    ref, claimed = resolve_model_reference(model, pipeline, registry)
+    pipeline = claimed.pop("pipeline", pipeline)
+    path = resolve_model_path(ref, revision=revision)
+    return ModelLocation(path, find_pipeline(registry, path, pipeline), claimed)
+
+
+def resolve_device(device: Any, platform: Platform) -> torch.device:
+    """``device`` checked against this machine (ConfigError naming it), else the platform's first.
+
+    ``cpu`` is always there; any other device must be of the selected platform's type and
+    exist, so ``--device cuda`` on a CPU-only torch is a one-line error, not a traceback from
+    deep inside the first weight copy.
+    """
+    import torch
+
+    if device is None:
+        return platform.device(0)
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        here = "cpu" if platform.device_type == "cpu" else f"cpu, {platform.device_type}:0"
+        raise ConfigError(
+            f"device: {device!r} is not a device (devices here: {here}; see `omni doctor`)"
+        ) from None
+    if resolved.type == "cpu":
+        return resolved
+    if resolved.type != platform.device_type:
+        here = "cpu" if platform.device_type == "cpu" else f"cpu, {platform.device_type}"
+        raise ConfigError(
+            f"device: {device!r} is not available on this machine: it runs the "
+            f"{platform.name} platform (devices: {here}; see `omni doctor`)"
+        )
+    count = platform.device_count()
+    if resolved.index is not None and resolved.index >= count:
+        raise ConfigError(
+            f"device: {device!r} does not exist: the {platform.name} platform has {count} "
+            f"device{'s' if count != 1 else ''}"
+        )
+    return resolved
+
+
 class Omni:
     """Load a model through the installed plugins and generate with it.
 
@@ -102,29 +182,24 @@ class Omni:
         revision: str | None = None,
         **options: Any,
     ) -> None:
-        import torch
-
         from omni_core.attention import AttentionRouter
-        from omni_core.pipelines.loading import find_pipeline, resolve_model_path
         from omni_core.platforms import current_platform
         from omni_core.plugins import get_registry
 
         registry = get_registry()
         platform = current_platform()
-        ref, claimed = resolve_model_reference(model, pipeline, registry)
-        if claimed:
-            pipeline = claimed.pop("pipeline", pipeline)
-            for key, value in claimed.items():
-                options.setdefault(key, value)
-        self.path = resolve_model_path(ref, revision=revision)
-        self.spec = find_pipeline(registry, self.path, pipeline)
+        location = locate_model(model, pipeline, revision=revision, registry=registry)
+        for key, value in location.options.items():
+            options.setdefault(key, value)
+        self.path = location.path
+        self.spec = location.spec
         self.model_id = str(model)
         attention_config = _as_config(attention, AttentionConfig, "attention")
         parallel = ParallelConfig(
             cfg_parallel_size=cfg_parallel_size, ulysses_degree=ulysses_degree
         )
         self.options = PipelineOptions(
-            device=torch.device(device) if device else platform.device(0),
+            device=resolve_device(device, platform),
             dtype=parse_dtype(dtype, "float32" if platform.device_type == "cpu" else "bfloat16"),
             platform=platform,
             attention=AttentionRouter.build(attention_config, registry, platform),
@@ -183,46 +258,13 @@ class Omni:
 
         ``extras={...}`` is merged with the other unknown keywords (it holds pipeline-specific
         fields only: a shared field such as ``seed`` inside it is refused, so it cannot be
-        silently ignored or shadow the keyword).
+        silently ignored or shadow the keyword). ``request_id=`` names the request.
         """
-        given = kwargs.pop("extras", None)
-        shared = {k: v for k, v in kwargs.items() if k in _SHARED_FIELDS}
-        extras = {k: v for k, v in kwargs.items() if k not in _SHARED_FIELDS}
-        if given is not None:
-            if not isinstance(given, dict):
-                raise InvalidRequestError(
-                    f"extras: expected a dict, got {type(given).__name__}", param="extras"
-                )
-            misplaced = sorted(k for k in given if k in _SHARED_FIELDS or k == "request_id")
-            if misplaced:
-                raise InvalidRequestError(
-                    f"extras: {', '.join(map(repr, misplaced))} "
-                    f"{'is a shared field' if len(misplaced) == 1 else 'are shared fields'}; "
-                    "pass it as a keyword argument, not inside extras",
-                    param=f"extras.{misplaced[0]}",
-                )
-            twice = sorted(k for k in given if k in extras)
-            if twice:
-                raise InvalidRequestError(
-                    f"extras: {', '.join(map(repr, twice))} given both as a keyword and in extras",
-                    param=f"extras.{twice[0]}",
-                )
-            extras.update(given)
+        request_id = kwargs.pop("request_id", None)
+        shared, extras = split_keywords(kwargs)
         if prompt is not None:
             shared["prompt"] = prompt
-        if "images" in shared and not isinstance(shared["images"], list | tuple):
-            shared["images"] = [shared["images"]]
-        try:
-            request = GenerationRequest(**shared, extras=extras)
-        except Exception as exc:
-            from pydantic import ValidationError
-
-            if isinstance(exc, ValidationError):
-                first = exc.errors()[0]
-                param = ".".join(str(p) for p in first["loc"])
-                raise InvalidRequestError(f"{param}: {first['msg']}", param=param) from None
-            raise
-        return self.pipeline.validate(request)
+        return build_request(self.pipeline, shared, extras=extras, request_id=request_id)
 
     def generate(
         self,

@@ -9,7 +9,6 @@ so a typo costs a second, not a model load; such errors exit with code 2. ``spee
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,12 @@ from typing import Any
 import click
 
 from omni_core.cli import LazyGroup
+from omni_core.commands.options import (
+    acceleration_kwargs,
+    acceleration_options,
+    check_load_options,
+    parse_extras,
+)
 from omni_core.errors import InvalidRequestError, OmniError
 
 SUBCOMMANDS = {"speech": "omni_core.commands.speech:generate_speech"}
@@ -58,80 +63,6 @@ def _unavailable(name: str, exc: Exception) -> click.Command:
 @click.group(cls=GenerateGroup, lazy_commands=SUBCOMMANDS)
 def generate() -> None:
     """Generate an image, a video or speech with an installed pipeline."""
-
-
-def acceleration_options(func: Any) -> Any:
-    """``--cache``, ``--cache-option``, ``--quantization``, ``--compile/--no-compile``.
-
-    Shared by ``omni generate video|image`` and ``omni serve``; :func:`acceleration_kwargs`
-    turns them into ``Omni(...)`` keywords.
-    """
-    options = [
-        click.option(
-            "--cache",
-            "cache",
-            metavar="NAME",
-            help="Step cache backend (see `omni list-plugins`), e.g. teacache. Lossy.",
-        ),
-        click.option(
-            "--cache-option",
-            "cache_options",
-            multiple=True,
-            metavar="KEY=VALUE",
-            help="Option of the step cache (repeatable); VALUE is JSON when it parses.",
-        ),
-        click.option(
-            "--quantization",
-            metavar="NAME",
-            help="Quantizer of the denoiser's linear layers (see `omni list-plugins`), e.g. fp8.",
-        ),
-        click.option(
-            "--compile/--no-compile",
-            "compile_",
-            default=None,
-            help="torch.compile the repeated blocks (default: on for CUDA, off on CPU).",
-        ),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-def acceleration_kwargs(
-    cache: str | None,
-    cache_options: tuple[str, ...],
-    quantization: str | None,
-    compile_: bool | None,
-) -> dict[str, Any]:
-    """The ``Omni(...)`` keywords of :func:`acceleration_options`, names checked now.
-
-    Unknown cache backends or quantizers raise ConfigError (exit 2) from the registry, before
-    any weights load; the registry holds only specs, so this imports no torch.
-    """
-    from omni_core.errors import ConfigError
-    from omni_core.plugins import get_registry
-
-    kwargs: dict[str, Any] = {}
-    if cache_options and not cache:
-        raise click.BadParameter("needs --cache NAME", param_hint="--cache-option")
-    registry = get_registry()
-    if cache:
-        if cache not in registry.cache_backends:
-            known = ", ".join(sorted(registry.cache_backends)) or "none"
-            raise ConfigError(f"cache.backend: unknown cache backend {cache!r}; known: {known}")
-        opts = _key_values(cache_options, "--cache-option")
-        kwargs["cache"] = {"backend": cache, "options": opts}
-    if quantization:
-        if quantization not in registry.quantizers:
-            known = ", ".join(sorted(registry.quantizers)) or "none"
-            raise ConfigError(
-                f"quantization.method: unknown quantizer {quantization!r}; known: {known}"
-            )
-        kwargs["quantization"] = quantization
-    if compile_ is not None:
-        # omni_core.acceleration.apply_acceleration reads options.extra["compile"].
-        kwargs["compile"] = compile_
-    return kwargs
 
 
 def _common_options(func: Any) -> Any:
@@ -266,25 +197,6 @@ def parse_size(size: str | None, height: int | None, width: int | None) -> tuple
     return int(parts[1]), int(parts[0])
 
 
-def parse_extras(items: tuple[str, ...]) -> dict[str, Any]:
-    """``key=value`` pairs; values parsed as JSON when possible (``3``, ``true``, ``[1,2]``)."""
-    return _key_values(items, "--extra")
-
-
-def _key_values(items: tuple[str, ...], hint: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=hint)
-        try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key] = raw
-    return out
-
-
 def _load_images(paths: tuple[Path, ...]) -> list[Any]:
     from PIL import Image, UnidentifiedImageError
 
@@ -330,14 +242,17 @@ def _run(
 ) -> tuple[Any, float]:
     import time
 
-    from pydantic import ValidationError
-
-    from omni_core.pipelines.base import GenerationRequest
-    from omni_core.pipelines.loading import find_pipeline, resolve_model_path
-    from omni_core.plugins import get_registry
+    from omni_core.api import locate_model
+    from omni_core.requests import make_request
 
     height, width = parse_size(size, height, width)
     accel = acceleration_kwargs(cache, cache_options, quantization, compile_)
+    check_load_options(device, dtype, attention_backend)
+    if "cache" in accel:
+        from omni_core.api import _as_config
+        from omni_core.config import CacheConfig
+
+        _as_config(accel["cache"], CacheConfig, "cache")
     fields: dict[str, Any] = {
         "prompt": prompt,
         "negative_prompt": negative_prompt,
@@ -349,46 +264,27 @@ def _run(
         "seed": seed,
         "num_outputs": num_outputs,
         "images": _load_images(images),
-        "extras": parse_extras(extras),
     }
-    try:
-        request = GenerationRequest(**fields)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"])
-        raise InvalidRequestError(f"{param}: {first['msg']}", param=param) from None
+    request = make_request(fields, extras=parse_extras(extras), extras_at="--extra")
 
     # Before any weights: find the pipeline and let it check the request against the configs.
-    path = resolve_model_path(model)
-    spec = find_pipeline(get_registry(), path, pipeline)
+    location = locate_model(model, pipeline)
+    spec = location.spec
     if not spec.fallback and spec.modality != kind:
         raise InvalidRequestError(
             f"{model} is served by {spec.name!r}, a {spec.modality} pipeline; use "
             f"`omni generate {spec.modality}`",
             param="model",
         )
-    request = spec.load().precheck(path, request)
+    request = spec.load().precheck(location.path, request)
 
-    from omni_core.api import Omni, _as_config
-    from omni_core.attention import AttentionRouter
-    from omni_core.config import AttentionConfig, CacheConfig
-    from omni_core.dtypes import parse_dtype
-    from omni_core.platforms import current_platform
-
-    # Options Omni would reject only after a moment's work: check them now, loudly.
-    platform = current_platform()
-    parse_dtype(dtype, "float32")
-    AttentionRouter.build(
-        _as_config(attention_backend, AttentionConfig, "attention"), get_registry(), platform
-    )
-    if "cache" in accel:
-        _as_config(accel["cache"], CacheConfig, "cache")
+    from omni_core.api import Omni
 
     if not quiet:
         click.echo(f"loading {model} with {spec.name} ...", err=True)
     started = time.perf_counter()
     with Omni(
-        path,
+        location.path,
         pipeline=spec.name,
         device=device,
         dtype=dtype,
@@ -397,7 +293,7 @@ def _run(
         ulysses_degree=ulysses_degree,
         **accel,
     ) as omni:
-        request = omni.pipeline.validate(request)
+        request = omni.pipeline.validate(request)  # the one validate, on the loaded pipeline
         bar = _ProgressBar(quiet)
         try:
             (result,) = omni.run([request], progress=bar)
@@ -429,4 +325,12 @@ class _ProgressBar:
             self.bar = None
 
 
-__all__ = ["OmniError", "generate", "parse_extras", "parse_size"]
+__all__ = [
+    "OmniError",
+    "acceleration_kwargs",
+    "acceleration_options",
+    "check_load_options",
+    "generate",
+    "parse_extras",
+    "parse_size",
+]

@@ -5,10 +5,43 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from omni_core.commands.generate import acceleration_kwargs, acceleration_options
+from omni_core.commands.options import (
+    acceleration_kwargs,
+    acceleration_options,
+    check_load_options,
+)
+from omni_core.errors import OmniError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from omni_core.serving import ServerConfig
+
+
+class MissingExtraError(OmniError):
+    """An optional dependency group of omni-core is not installed."""
+
+    exit_code = 2
+
+
+def require_serve_extra() -> None:
+    """``omni serve`` needs FastAPI, uvicorn and friends (the ``serve`` extra): say so in one
+    line, not with a traceback from the first import that fails."""
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+
+        try:  # multipart forms (uploads); python-multipart's module was renamed in 0.0.13
+            import python_multipart  # noqa: F401
+        except ImportError:
+            import multipart  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError(
+            f"omni serve needs the serve extra: pip install 'omni-core[serve]' ({exc})"
+        ) from None
 
 
 def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, str]]:
@@ -35,18 +68,16 @@ def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, s
     return out
 
 
-def _preflight(config: object) -> None:
-    """Fail before binding a port when a model cannot be found or no pipeline serves it."""
-    from omni_core.api import resolve_model_reference
-    from omni_core.pipelines.loading import find_pipeline, resolve_model_path
+def _preflight(config: ServerConfig) -> None:
+    """Fail before binding a port: a device, dtype or attention backend this machine cannot
+    use, a model that cannot be found or that no pipeline serves (what ``Omni`` would find)."""
+    from omni_core.api import locate_model
     from omni_core.plugins import get_registry
 
+    check_load_options(config.device, config.dtype, config.attention_backend)
     registry = get_registry()
-    for source in config.models:  # type: ignore[attr-defined]
-        # Omni(...) maps speech references (``piper``, a voice folder) the same way.
-        ref, claimed = resolve_model_reference(source.path, source.pipeline, registry)
-        path = resolve_model_path(ref)
-        find_pipeline(registry, path, claimed.get("pipeline", source.pipeline))
+    for source in config.models:
+        locate_model(source.path, source.pipeline, registry=registry)
 
 
 @click.command("serve")
@@ -205,6 +236,7 @@ def serve(
     """
     import logging
 
+    require_serve_extra()
     import uvicorn
 
     from omni_core.errors import ConfigError

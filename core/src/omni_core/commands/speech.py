@@ -22,12 +22,14 @@ from omni_core.errors import InvalidRequestError, OmniError
 def _load(model: str | None, device: str | None, dtype: str | None, quiet: bool) -> Any:
     from omni_core import audio
     from omni_core.api import Omni
+    from omni_core.pipelines.base import SpeechPipeline
 
     ref, kwargs = audio.resolve_speech_model(model)
     if not quiet:
-        click.echo(f"loading {model or audio.DEFAULT_SPEECH_MODEL} ...", err=True)
+        default = audio.default_speech_spec() if model is None else None
+        click.echo(f"loading {model or (default and default.default_model)} ...", err=True)
     omni = Omni(ref, device=device, dtype=dtype, **kwargs)
-    if omni.spec.modality != "speech":
+    if omni.spec.modality != "speech" or not isinstance(omni.pipeline, SpeechPipeline):
         raise InvalidRequestError(
             f"{model} is served by {omni.spec.name!r}, a {omni.spec.modality} pipeline; use "
             f"`omni generate {omni.spec.modality}`",
@@ -46,7 +48,11 @@ def _load(model: str | None, device: str | None, dtype: str | None, quiet: bool)
     show_default=True,
     help="Audio file; '-' writes the encoded stream to stdout.",
 )
-@click.option("--model", help="Checkpoint folder, Hub id, Piper voice (default: piper).")
+@click.option(
+    "--model",
+    help="Checkpoint folder, Hub id, or a speech pipeline's own reference such as a voice "
+    "folder (default: the default speech model, see `omni voices`).",
+)
 @click.option("--voice", help="Voice id (see `omni voices`).")
 @click.option(
     "--format",
@@ -91,7 +97,7 @@ def generate_speech(
 ) -> None:
     """Speak TEXT and write it to --output (wav, pcm, flac or mp3)."""
     from omni_core import audio
-    from omni_core.commands.generate import parse_extras
+    from omni_core.commands.options import parse_extras
 
     # Everything checkable without the model, first.
     to_stdout = output == "-"
@@ -113,43 +119,44 @@ def generate_speech(
 
     omni = _load(model, device, dtype, quiet)
     request = omni.request(text, **kwargs)  # voice, extras: checked before any compute
-    rate = request.sample_rate or omni.pipeline.sample_rate
-    if fmt == "mp3" and rate not in audio.MP3_SAMPLE_RATES:
-        raise click.BadParameter(
-            f"mp3 cannot carry {rate} Hz; pass --sample-rate", param_hint="--sample-rate"
-        )
     started = time.perf_counter()
     first: float | None = None
+    rate = 0
     samples = 0
-    if stream or to_stdout:
-        encoder = audio.StreamEncoder(fmt, rate)
-        sink, tmp = _open_sink(output)
-        try:
-            for chunk in omni.pipeline.stream(request):
-                if first is None:
-                    first = time.perf_counter() - started
-                samples += len(chunk.samples)
+    sink, tmp = _open_sink(output) if stream or to_stdout else (None, None)
+    encoder: Any = None
+    parts: list[Any] = []
+    try:
+        for chunk in omni.pipeline.stream(request):
+            if first is None:  # the output rate is known from the first chunk on
+                first = time.perf_counter() - started
+                rate = chunk.sample_rate
+                _check_mp3(fmt, rate)
+                if sink is not None:
+                    encoder = audio.StreamEncoder(fmt, rate)
+            samples += len(chunk.samples)
+            if sink is None:
+                parts.append(chunk.samples)
+            else:
                 sink.write(encoder.encode(chunk.samples))
                 sink.flush()
+        if samples == 0:
+            raise InvalidRequestError("the model produced no audio", param="input")
+        if sink is None:
+            import numpy as np
+
+            audio.write_audio(output, np.concatenate(parts).astype(np.float32), rate, fmt)
+        else:
             sink.write(encoder.close())
             sink.flush()
-            if samples == 0:
-                raise InvalidRequestError("the model produced no audio", param="input")
             if tmp is not None:
                 sink.close()
                 audio.publish_file(tmp, Path(output))
-        except BaseException:
-            if tmp is not None:
-                sink.close()
-                tmp.unlink(missing_ok=True)
-            raise
-    else:
-        from omni_core.api import _collect_speech
-
-        result = _collect_speech(omni.pipeline, request)
-        first = result.timings.get("time_to_first_audio_s")
-        samples = len(result.audio)
-        audio.write_audio(output, result.audio, result.sample_rate, fmt)
+    except BaseException:
+        if tmp is not None:
+            sink.close()
+            tmp.unlink(missing_ok=True)
+        raise
     elapsed = time.perf_counter() - started
     seconds = samples / rate
     if not quiet:
@@ -158,6 +165,15 @@ def generate_speech(
             f"first audio after {first or 0.0:.3f} s; real-time factor "
             f"{elapsed / max(seconds, 1e-9):.3f})",
             err=True,
+        )
+
+
+def _check_mp3(fmt: str, rate: int | None) -> None:
+    from omni_core import audio
+
+    if fmt == "mp3" and rate is not None and rate not in audio.MP3_SAMPLE_RATES:
+        raise click.BadParameter(
+            f"mp3 cannot carry {rate} Hz; pass --sample-rate", param_hint="--sample-rate"
         )
 
 
@@ -190,9 +206,10 @@ def voices(model: str | None, as_json: bool) -> None:
     from omni_core.errors import ModelNotFoundError
     from omni_core.plugins import get_registry
 
+    default = audio.default_speech_spec()
     specs = sorted(
         (s for s in get_registry().pipelines.values() if s.modality == "speech"),
-        key=lambda s: (s.name != audio.DEFAULT_SPEECH_MODEL, s.name),
+        key=lambda s: (s != default, s.name),
     )
     if not specs:
         raise OmniError("no speech pipeline is installed (pip install omni-tts)")
@@ -217,13 +234,13 @@ def voices(model: str | None, as_json: bool) -> None:
         add(omni.spec.name, model, omni.pipeline.voices())
     else:
         for spec in specs:
-            if spec.name == audio.DEFAULT_SPEECH_MODEL:
+            if spec == default:
                 try:
                     omni = _load(None, None, None, quiet=True)
                 except ModelNotFoundError as exc:
                     notes[spec.name] = str(exc)
                     continue
-                add(spec.name, audio.DEFAULT_SPEECH_MODEL, omni.pipeline.voices())
+                add(spec.name, spec.default_model, omni.pipeline.voices())
                 continue
             known = spec.load().known_voices()
             if known is None:
@@ -237,7 +254,7 @@ def voices(model: str | None, as_json: bool) -> None:
         mine = [r for r in rows if r["pipeline"] == spec.name]
         if not mine and spec.name not in notes:
             continue
-        source = model or (audio.DEFAULT_SPEECH_MODEL if mine and mine[0]["model"] else "")
+        source = model or (mine[0]["model"] if mine and mine[0]["model"] else "")
         click.echo(f"{spec.name}{f' ({source})' if source else ''}:")
         for row in mine:
             lang = f" [{row['language']}]" if row["language"] else ""

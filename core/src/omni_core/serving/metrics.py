@@ -6,6 +6,10 @@ benchmarks) can live in one process without "duplicated timeseries" errors.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -88,3 +92,36 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class MetricsMiddleware:
+    """Per-route latency and status counts (route templates as labels, never raw paths); also
+    echoes the request id a route chose as ``x-request-id``."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        status = [500]
+
+        async def wrapped_send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                rid = scope.get("state", {}).get("request_id")
+                if rid:
+                    message = {
+                        **message,
+                        "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())],
+                    }
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                route = scope.get("route")
+                endpoint = f"{scope['method']} {getattr(route, 'path', 'other')}"
+                self.metrics.observe_request(endpoint, status[0], time.perf_counter() - t0)
+            await send(message)
+
+        await self.app(scope, receive, wrapped_send)

@@ -1,17 +1,5 @@
-"""The serving engine: one worker thread per model, a bounded queue and step-level batching.
-
-Why a thread that owns the pipeline: a model's weights live on one device and its pipeline is not
-re-entrant, so exactly one thread calls ``prepare`` / ``step`` / ``decode`` / ``stream``. Callers
-(the HTTP server, benchmarks) submit :class:`Job` objects from any thread and get a
-:class:`concurrent.futures.Future`; asyncio code wraps it with :func:`asyncio.wrap_future`.
-
-The loop is continuous batching at denoising-step granularity: between two steps the worker admits
-new requests (``prepare``), drops cancelled or timed-out ones, steps every group of states that
-share :meth:`~omni_core.pipelines.base.StagedPipeline.batch_key` (at most ``max_batch`` per
-``step`` call), and decodes the states that finished. Speech requests advance one chunk of
-:meth:`~omni_core.pipelines.base.SpeechPipeline.stream` per iteration, so they interleave with each
-other and with diffusion work. Nothing in the loop reads tensor values back to the host.
-"""
+"""The engine's worker: one thread per model that owns the pipeline and runs the loop described
+in :mod:`omni_core.engine`."""
 
 from __future__ import annotations
 
@@ -20,12 +8,22 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable, Hashable, Iterator
-from concurrent.futures import Future
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal
 
-from omni_core.errors import InvalidRequestError, OmniError
+from omni_core.engine.job import (
+    EngineObserver,
+    EngineStoppedError,
+    Job,
+    NullObserver,
+    QueueFullError,
+    RequestCancelledError,
+    RequestFailedError,
+    RequestTimeoutError,
+    describe_failure,
+)
+from omni_core.errors import InvalidRequestError
 from omni_core.pipelines.base import (
     AudioChunk,
     DenoiseState,
@@ -39,104 +37,6 @@ from omni_core.pipelines.base import (
 log = logging.getLogger("omni.engine")
 
 
-class EngineError(OmniError):
-    """A request could not be completed by the engine; ``code`` says why."""
-
-    code = "engine_error"
-
-
-class QueueFullError(EngineError):
-    """The model's queue is full: retry after ``retry_after`` seconds."""
-
-    code = "queue_full"
-
-    def __init__(self, message: str, retry_after: float) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class EngineStoppedError(EngineError):
-    """The engine is shutting down and takes no new work."""
-
-    code = "server_shutting_down"
-
-
-class RequestCancelledError(EngineError):
-    code = "cancelled"
-
-
-class RequestTimeoutError(EngineError):
-    code = "timeout"
-
-
-class RequestFailedError(EngineError):
-    """The pipeline raised while serving this request (out of memory included)."""
-
-    code = "generation_failed"
-
-
-class EngineObserver(Protocol):
-    """Where the engine reports what it does (the server's Prometheus metrics)."""
-
-    def queue_depth(self, model: str, depth: int) -> None: ...
-    def running(self, model: str, count: int) -> None: ...
-    def batch(self, model: str, size: int, seconds: float) -> None: ...
-    def peak_memory(self, model: str, nbytes: int) -> None: ...
-
-
-class _NullObserver:
-    def queue_depth(self, model: str, depth: int) -> None:
-        pass
-
-    def running(self, model: str, count: int) -> None:
-        pass
-
-    def batch(self, model: str, size: int, seconds: float) -> None:
-        pass
-
-    def peak_memory(self, model: str, nbytes: int) -> None:
-        pass
-
-
-#: progress(steps_done, steps_total)
-ProgressFn = Callable[[int, int], None]
-#: Receives each speech chunk as it is generated (from the worker thread).
-ChunkSink = Callable[[AudioChunk], None]
-
-
-@dataclass(eq=False)
-class Job:
-    """One request handed to the engine, and the handle to follow or cancel it."""
-
-    request: GenerationRequest
-    on_progress: ProgressFn | None = None
-    on_chunk: ChunkSink | None = None
-    #: Called from the worker when the job leaves the queue and starts.
-    on_start: Callable[[], None] | None = None
-    timeout_s: float | None = None
-    future: Future[GenerationResult] = field(default_factory=Future)
-    submitted_at: float = field(default_factory=time.monotonic)
-    started_at: float | None = None
-    _cancel: threading.Event = field(default_factory=threading.Event)
-    cancel_reason: str = "cancelled by the client"
-
-    @property
-    def id(self) -> str:
-        return self.request.request_id
-
-    def cancel(self, reason: str = "cancelled by the client") -> None:
-        """Ask the worker to drop this job; it stops within one denoising step (or chunk)."""
-        self.cancel_reason = reason
-        self._cancel.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancel.is_set()
-
-    def expired(self, now: float) -> bool:
-        return self.timeout_s is not None and now - self.submitted_at > self.timeout_s
-
-
 @dataclass(eq=False)
 class _Running:
     job: Job
@@ -144,19 +44,6 @@ class _Running:
     stream: Iterator[AudioChunk] | None = None
     chunks: list[AudioChunk] = field(default_factory=list)
     first_chunk_s: float | None = None
-
-
-def describe_failure(exc: BaseException, batch: int = 1) -> str:
-    """A one-line, user-facing reason for an exception raised by a pipeline."""
-    name = type(exc).__name__
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else name
-    if "OutOfMemory" in name or "out of memory" in text.lower():
-        where = f" (in a batch of {batch})" if batch > 1 else ""
-        return (
-            f"out of device memory while generating{where}: {text[:300]}; retry with a smaller "
-            "size, fewer frames or fewer concurrent requests"
-        )
-    return f"{name}: {text[:500]}"
 
 
 class Engine:
@@ -179,7 +66,7 @@ class Engine:
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.request_timeout_s = request_timeout_s
-        self.observer: EngineObserver = observer or _NullObserver()
+        self.observer: EngineObserver = observer or NullObserver()
         self.kind: Literal["staged", "speech"] = (
             "speech" if isinstance(pipeline, SpeechPipeline) else "staged"
         )
@@ -510,48 +397,3 @@ class Engine:
             describe_failure(exc),
             "".join(traceback.format_exception(exc)),
         )
-
-
-def warmup_request(
-    pipeline: Pipeline, overrides: dict[str, Any] | None = None
-) -> GenerationRequest:
-    """The smallest request that exercises a pipeline end to end (one step, default size).
-
-    ``overrides`` (diffusion only) sets shared fields such as ``width``/``height``/``num_frames``
-    for checkpoints whose default size does not fit (tiny test models, memory-bound devices).
-    """
-    if isinstance(pipeline, SpeechPipeline):
-        request = GenerationRequest(prompt="Hello.", request_id="warmup")
-    else:
-        fields: dict[str, Any] = {"prompt": "warm-up", "num_inference_steps": 1}
-        fields.update(overrides or {})
-        request = GenerationRequest(**fields, request_id="warmup")
-    return pipeline.validate(request)
-
-
-def run_direct(pipeline: Pipeline, request: GenerationRequest) -> GenerationResult:
-    """Run one request without the engine (what the server's overhead is measured against)."""
-    from omni_core.pipelines.runtime import run_to_completion
-
-    if isinstance(pipeline, SpeechPipeline):
-        from omni_core.api import _collect_speech
-
-        return _collect_speech(pipeline, request)
-    assert isinstance(pipeline, StagedPipeline)
-    (result,) = run_to_completion(pipeline, [request])
-    return result
-
-
-__all__ = [
-    "Engine",
-    "EngineError",
-    "EngineStoppedError",
-    "Job",
-    "QueueFullError",
-    "RequestCancelledError",
-    "RequestFailedError",
-    "RequestTimeoutError",
-    "describe_failure",
-    "run_direct",
-    "warmup_request",
-]

@@ -1,0 +1,130 @@
+"""Options shared by ``omni generate`` and ``omni serve``: acceleration flags, ``KEY=VALUE``
+lists, and the loading options checked before any weights load (exit code 2 on a mistake)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+
+def acceleration_options(func: Any) -> Any:
+    """``--cache``, ``--cache-option``, ``--quantization``, ``--compile/--no-compile``.
+
+    Shared by ``omni generate video|image`` and ``omni serve``; :func:`acceleration_kwargs`
+    turns them into ``Omni(...)`` keywords.
+    """
+    options = [
+        click.option(
+            "--cache",
+            "cache",
+            metavar="NAME",
+            help="Step cache backend (see `omni list-plugins`), e.g. teacache. Lossy.",
+        ),
+        click.option(
+            "--cache-option",
+            "cache_options",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Option of the step cache (repeatable); VALUE is JSON when it parses.",
+        ),
+        click.option(
+            "--quantization",
+            metavar="NAME",
+            help="Quantizer of the denoiser's linear layers (see `omni list-plugins`), e.g. fp8.",
+        ),
+        click.option(
+            "--compile/--no-compile",
+            "compile_",
+            default=None,
+            help="torch.compile the repeated blocks (default: on for CUDA, off on CPU).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def acceleration_kwargs(
+    cache: str | None,
+    cache_options: tuple[str, ...],
+    quantization: str | None,
+    compile_: bool | None,
+) -> dict[str, Any]:
+    """The ``Omni(...)`` keywords of :func:`acceleration_options`, names checked now.
+
+    Unknown cache backends or quantizers raise ConfigError (exit 2) from the registry, before
+    any weights load; the registry holds only specs, so this imports no torch.
+    """
+    from omni_core.errors import ConfigError
+    from omni_core.plugins import get_registry
+
+    kwargs: dict[str, Any] = {}
+    if cache_options and not cache:
+        raise click.BadParameter("needs --cache NAME", param_hint="--cache-option")
+    registry = get_registry()
+    if cache:
+        if cache not in registry.cache_backends:
+            known = ", ".join(sorted(registry.cache_backends)) or "none"
+            raise ConfigError(f"cache.backend: unknown cache backend {cache!r}; known: {known}")
+        opts = key_values(cache_options, "--cache-option")
+        kwargs["cache"] = {"backend": cache, "options": opts}
+    if quantization:
+        if quantization not in registry.quantizers:
+            known = ", ".join(sorted(registry.quantizers)) or "none"
+            raise ConfigError(
+                f"quantization.method: unknown quantizer {quantization!r}; known: {known}"
+            )
+        kwargs["quantization"] = quantization
+    if compile_ is not None:
+        # omni_core.acceleration.apply_acceleration reads options.extra["compile"].
+        kwargs["compile"] = compile_
+    return kwargs
+
+
+def check_load_options(
+    device: str | None, dtype: str | None, attention_backend: str | None
+) -> None:
+    """Check the loading options ``Omni(...)`` would refuse only after a moment's work, now:
+    a device this machine lacks (``--device cuda`` on a CPU-only torch, ``--device banana``), an
+    unknown dtype or attention backend. Each is a ConfigError: one line, exit code 2.
+
+    Shared by ``omni generate video|image`` and ``omni serve`` (before a port is bound).
+    """
+    if device is None and dtype is None and attention_backend is None:
+        return
+    from omni_core.api import _as_config, resolve_device
+    from omni_core.attention import AttentionRouter
+    from omni_core.config import AttentionConfig
+    from omni_core.dtypes import parse_dtype
+    from omni_core.platforms import current_platform
+    from omni_core.plugins import get_registry
+
+    platform = current_platform()
+    resolve_device(device, platform)
+    parse_dtype(dtype, "float32")
+    AttentionRouter.build(
+        _as_config(attention_backend, AttentionConfig, "attention"), get_registry(), platform
+    )
+
+
+def parse_extras(items: tuple[str, ...]) -> dict[str, Any]:
+    """``key=value`` pairs; values parsed as JSON when possible (``3``, ``true``, ``[1,2]``)."""
+    return key_values(items, "--extra")
+
+
+def key_values(items: tuple[str, ...], hint: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint=hint)
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+

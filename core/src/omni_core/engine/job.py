@@ -1,0 +1,127 @@
+"""What the engine is handed and how it answers: :class:`Job` (a request, its callbacks and
+its future), the errors a job can end with, and the observer the engine reports to."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from omni_core.errors import OmniError
+from omni_core.pipelines.base import AudioChunk, GenerationRequest, GenerationResult
+
+
+class EngineError(OmniError):
+    """A request could not be completed by the engine; ``code`` says why."""
+
+    code = "engine_error"
+
+
+class QueueFullError(EngineError):
+    """The model's queue is full: retry after ``retry_after`` seconds."""
+
+    code = "queue_full"
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class EngineStoppedError(EngineError):
+    """The engine is shutting down and takes no new work."""
+
+    code = "server_shutting_down"
+
+
+class RequestCancelledError(EngineError):
+    code = "cancelled"
+
+
+class RequestTimeoutError(EngineError):
+    code = "timeout"
+
+
+class RequestFailedError(EngineError):
+    """The pipeline raised while serving this request (out of memory included)."""
+
+    code = "generation_failed"
+
+
+class EngineObserver(Protocol):
+    """Where the engine reports what it does (the server's Prometheus metrics)."""
+
+    def queue_depth(self, model: str, depth: int) -> None: ...
+    def running(self, model: str, count: int) -> None: ...
+    def batch(self, model: str, size: int, seconds: float) -> None: ...
+    def peak_memory(self, model: str, nbytes: int) -> None: ...
+
+
+class NullObserver:
+    """Reports nowhere (an engine without a server)."""
+
+    def queue_depth(self, model: str, depth: int) -> None:
+        pass
+
+    def running(self, model: str, count: int) -> None:
+        pass
+
+    def batch(self, model: str, size: int, seconds: float) -> None:
+        pass
+
+    def peak_memory(self, model: str, nbytes: int) -> None:
+        pass
+
+
+#: progress(steps_done, steps_total)
+ProgressFn = Callable[[int, int], None]
+#: Receives each speech chunk as it is generated (from the worker thread).
+ChunkSink = Callable[[AudioChunk], None]
+
+
+@dataclass(eq=False)
+class Job:
+    """One request handed to the engine, and the handle to follow or cancel it."""
+
+    request: GenerationRequest
+    on_progress: ProgressFn | None = None
+    on_chunk: ChunkSink | None = None
+    #: Called from the worker when the job leaves the queue and starts.
+    on_start: Callable[[], None] | None = None
+    timeout_s: float | None = None
+    future: Future[GenerationResult] = field(default_factory=Future)
+    submitted_at: float = field(default_factory=time.monotonic)
+    started_at: float | None = None
+    _cancel: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str = "cancelled by the client"
+
+    @property
+    def id(self) -> str:
+        return self.request.request_id
+
+    def cancel(self, reason: str = "cancelled by the client") -> None:
+        """Ask the worker to drop this job; it stops within one denoising step (or chunk)."""
+        self.cancel_reason = reason
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def expired(self, now: float) -> bool:
+        return self.timeout_s is not None and now - self.submitted_at > self.timeout_s
+
+
+def describe_failure(exc: BaseException, batch: int = 1) -> str:
+    """A one-line, user-facing reason for an exception raised by a pipeline."""
+    name = type(exc).__name__
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else name
+    if "OutOfMemory" in name or "out of memory" in text.lower():
+        where = f" (in a batch of {batch})" if batch > 1 else ""
+        return (
+            f"out of device memory while generating{where}: {text[:300]}; retry with a smaller "
+            "size, fewer frames or fewer concurrent requests"
+        )
+    return f"{name}: {text[:500]}"

@@ -1,0 +1,188 @@
+"""Reading requests at the HTTP edge, with limits: bodies, JSON, multipart forms and uploads;
+validation of the body models; waiting for a job while watching for the client to leave.
+
+Routes parse their bodies by hand (not through FastAPI's body injection) so that size limits
+hold before anything is buffered and every problem becomes an OpenAI-style 4xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+from starlette.datastructures import FormData, UploadFile
+from starlette.formparsers import MultiPartException
+
+from omni_core.engine import Job
+from omni_core.serving.config import ServerConfig
+from omni_core.serving.errors import APIError, from_exception, from_validation_error, invalid
+from omni_core.serving.models import ServedModel
+from omni_core.serving.schemas import parse_size
+
+FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def _too_large(request: Request, limit: int) -> None:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise APIError(
+            413,
+            f"request body of {declared} bytes exceeds the limit of {limit}",
+            code="request_too_large",
+        )
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    _too_large(request, limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise APIError(
+                413, f"request body exceeds the limit of {limit} bytes", code="request_too_large"
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, config: ServerConfig) -> dict[str, Any]:
+    body = await read_body(request, config.max_body_bytes)
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"malformed JSON body: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "the JSON body must be an object", code="invalid_json")
+    return data
+
+
+async def read_form(request: Request, config: ServerConfig) -> FormData:
+    _too_large(request, config.max_body_bytes)
+    try:
+        return await request.form(
+            max_files=config.max_images,
+            max_fields=200,
+            max_part_size=config.max_upload_bytes,
+        )
+    except MultiPartException as exc:
+        message = str(exc.message)
+        status = 413 if "exceed" in message.lower() or "too" in message.lower() else 400
+        raise APIError(
+            status,
+            f"invalid multipart body: {message}",
+            code="request_too_large" if status == 413 else "invalid_multipart",
+        ) from None
+    except (AssertionError, ValueError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"invalid multipart body: {exc}", code="invalid_multipart") from None
+
+
+async def upload_bytes(upload: UploadFile, param: str, config: ServerConfig) -> bytes:
+    limit = config.max_upload_bytes
+    data = await upload.read(limit + 1)
+    if len(data) > limit:
+        raise APIError(
+            413,
+            f"{param}: file larger than {config.max_upload_mb:g} MB",
+            param=param,
+            code="file_too_large",
+        )
+    return data
+
+
+def form_files(form: FormData, accepted: Iterable[str]) -> dict[str, list[UploadFile]]:
+    """The file parts by key; a file under any other key is a 400 naming it (never dropped)."""
+    accepted = tuple(accepted)
+    files: dict[str, list[UploadFile]] = {}
+    for key, value in form.multi_items():
+        if isinstance(value, UploadFile):
+            files.setdefault(key, []).append(value)
+    unknown = sorted(k for k in files if k not in accepted)
+    if unknown:
+        raise invalid(
+            f"unknown file part{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)} "
+            f"(this endpoint reads files only from {' or '.join(accepted)})",
+            unknown[0],
+            code="unknown_parameter",
+        )
+    return files
+
+
+def form_fields(form: FormData, skip: Iterable[str] = ()) -> dict[str, Any]:
+    """The text parts of a form (each at most once), minus ``skip``."""
+    skip = set(skip)
+    fields: dict[str, Any] = {}
+    for key, value in form.multi_items():
+        if key in skip or isinstance(value, UploadFile):
+            continue
+        if key in fields:
+            raise invalid(f"{key}: given more than once", key, code="duplicate_parameter")
+        fields[key] = value
+    return fields
+
+
+def validate(model: type[Body], data: dict[str, Any]) -> Body:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+def diffusion_fields(body: Any) -> dict[str, Any]:
+    """The shared request fields of an image or video body (``size`` -> width and height)."""
+    width, height = parse_size(body.size)
+    fields: dict[str, Any] = {"prompt": body.prompt}
+    for name in ("negative_prompt", "seed", "num_inference_steps", "guidance_scale"):
+        value = getattr(body, name)
+        if value is not None:
+            fields[name] = value
+    if width is not None:
+        fields["width"], fields["height"] = width, height
+    return fields
+
+
+def request_id(request: Request) -> str:
+    """The client's ``x-request-id`` when it is sane, else a new one; echoed in the response."""
+    given = request.headers.get("x-request-id", "")
+    rid = given if re.fullmatch(r"[A-Za-z0-9._\-]{1,64}", given) else uuid.uuid4().hex
+    request.state.request_id = rid
+    return rid
+
+
+async def await_job(served: ServedModel, job: Job, request: Request | None = None) -> Any:
+    """Wait for a job; a client that disconnects first cancels it (at the next step)."""
+    future = asyncio.wrap_future(job.future)
+    watcher = asyncio.ensure_future(_disconnected(request)) if request is not None else None
+    try:
+        if watcher is not None:
+            await asyncio.wait({future, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not future.done():
+                raise asyncio.CancelledError
+        return await future
+    except asyncio.CancelledError:
+        if served.engine is not None:
+            served.engine.cancel(job, "the client disconnected")
+        raise
+    except Exception as exc:  # noqa: BLE001 - mapped to its HTTP status
+        raise from_exception(exc) from None
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+
+
+async def _disconnected(request: Request | None) -> None:
+    """Returns when the client goes away (the body was read already: only disconnects come)."""
+    if request is None:
+        return
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return

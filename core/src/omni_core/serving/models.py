@@ -1,0 +1,198 @@
+"""The served models and their lifecycle: load (through :class:`~omni_core.api.Omni`, the one
+loader of the Python API and the CLI), warm up, report health, stop; and which model a request
+means (:func:`pick`)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from omni_core.engine import Engine, EngineObserver
+from omni_core.requests import warmup_request
+from omni_core.serving.config import ModelSource, ServerConfig
+from omni_core.serving.errors import APIError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from omni_core.api import Omni
+    from omni_core.pipelines.base import Pipeline
+
+log = logging.getLogger("omni.serving")
+
+Modality = Literal["image", "video", "speech"]
+
+
+def load_omni(source: ModelSource, config: ServerConfig) -> Omni:
+    """Load one served model exactly as ``Omni(...)`` (and so ``omni generate``) would."""
+    from omni_core.api import Omni
+
+    return Omni(source.path, pipeline=source.pipeline, **config.load_options())
+
+
+@dataclass(eq=False)
+class ServedModel:
+    """One model of the server and its lifecycle."""
+
+    source: ModelSource
+    status: Literal["loading", "ready", "failed"] = "loading"
+    error: str | None = None
+    omni: Omni | None = None
+    engine: Engine | None = None
+    modality: Modality | None = None
+    tasks: tuple[str, ...] = ()
+    created: int = field(default_factory=lambda: int(time.time()))
+    #: Loaded by someone else (``create_app(preloaded=...)``): not ours to close.
+    borrowed: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.source.id
+
+    @property
+    def pipeline(self) -> Pipeline:
+        assert self.omni is not None, f"model {self.id} is not loaded"
+        return self.omni.pipeline
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "omni",
+            "status": self.status,
+            "modality": self.modality,
+            "tasks": list(self.tasks),
+            "pipeline": self.omni.spec.name if self.omni is not None else None,
+        }
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def load(
+        self, config: ServerConfig, observer: EngineObserver, preloaded: Omni | None = None
+    ) -> None:
+        """Load (unless ``preloaded``), start the engine and warm it up; raises on failure."""
+        t0 = time.perf_counter()
+        omni = preloaded if preloaded is not None else load_omni(self.source, config)
+        self.borrowed = preloaded is not None
+        self.omni = omni
+        self.modality = omni.spec.modality  # type: ignore[assignment]
+        self.tasks = tuple(omni.spec.tasks)
+        engine = Engine(
+            omni.pipeline,
+            name=self.id,
+            max_batch=config.max_batch,
+            max_queue=config.max_queue,
+            request_timeout_s=config.request_timeout_s,
+            observer=observer,
+        )
+        self.engine = engine.start()
+        if config.warmup:
+            try:
+                request = warmup_request(omni.pipeline, self.warmup_fields(config))
+                engine.run(request, timeout=3600)
+            except Exception as exc:
+                engine.stop(drain=False, timeout=5)
+                raise RuntimeError(
+                    f"the warm-up request failed ({exc}); choose a size that fits with "
+                    '--warmup-request \'{"width": W, "height": H}\' or pass --no-warmup'
+                ) from exc
+        self.status = "ready"
+        log.info("model %s ready (%s, %.1f s)", self.id, omni.spec.name, time.perf_counter() - t0)
+
+    def fail(self, exc: BaseException) -> None:
+        self.status = "failed"
+        self.error = f"{type(exc).__name__}: {exc}"
+
+    def warmup_fields(self, config: ServerConfig) -> dict[str, Any]:
+        """The configured warm-up fields that apply to this model (frames only for video; an
+        input image for edit-only models)."""
+        fields = dict(config.warmup_request)
+        if self.modality == "speech":
+            return {}
+        if self.modality != "video":
+            fields.pop("num_frames", None)
+        if "t2i" not in self.tasks and "t2v" not in self.tasks and "images" not in fields:
+            from PIL import Image
+
+            size = (fields.get("width") or 64, fields.get("height") or 64)
+            fields["images"] = [Image.new("RGB", size, (128, 128, 128))]
+        return fields
+
+    def check_health(self) -> bool:
+        """Ready and still able to serve; a parallel model whose worker died becomes failed."""
+        if self.status == "ready" and self.omni is not None and not self.omni.healthy:
+            self.status = "failed"
+            self.error = self.omni.pipeline.health_reason or "its worker processes died"
+        return self.status == "ready"
+
+    def stop(self, grace_s: float) -> None:
+        """Finish what runs within ``grace_s``; queued work fails as never started."""
+        if self.engine is not None:
+            self.engine.stop(drain=False, timeout=grace_s)
+
+    def close(self) -> None:
+        """Leave no worker process behind (only for models this server loaded)."""
+        if self.omni is not None and not self.borrowed:
+            self.omni.close()
+
+
+def pick(
+    models: Mapping[str, ServedModel],
+    model: str | None,
+    modality: Modality,
+    task: str | None = None,
+) -> ServedModel:
+    """The served model a request names (or the only one of this modality), ready to serve."""
+    if model is None:
+        candidates = [m for m in models.values() if m.modality == modality or m.status == "loading"]
+        if len(candidates) != 1:
+            raise APIError(
+                400,
+                f"missing required parameter: model (this server serves {', '.join(models)})",
+                param="model",
+                code="missing_required_parameter",
+            )
+        served = candidates[0]
+    else:
+        found = models.get(model)
+        if found is None:
+            raise APIError(
+                404,
+                f"the model {model!r} does not exist on this server; serving: "
+                f"{', '.join(models)}",
+                param="model",
+                code="model_not_found",
+            )
+        served = found
+    if served.status == "loading":
+        raise APIError(
+            503,
+            f"model {served.id!r} is still loading",
+            type="server_error",
+            code="model_loading",
+            headers={"Retry-After": "5"},
+        )
+    if served.status == "failed":
+        raise APIError(
+            503,
+            f"model {served.id!r} failed to load: {served.error}",
+            type="server_error",
+            code="model_unavailable",
+        )
+    if served.modality != modality:
+        raise APIError(
+            400,
+            f"model {served.id!r} produces {served.modality}, not {modality}",
+            param="model",
+            code="model_not_supported",
+        )
+    if task is not None and task not in served.tasks:
+        raise APIError(
+            400,
+            f"model {served.id!r} does not support {task} (tasks: {', '.join(served.tasks)})",
+            param="model",
+            code="model_not_supported",
+        )
+    return served

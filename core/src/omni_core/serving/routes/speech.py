@@ -1,0 +1,169 @@
+"""``/v1/audio``: speech as a whole file, a chunked raw stream or server-sent events, and the
+voices of the served speech models."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import Future
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response, StreamingResponse
+
+from omni_core.engine import Job
+from omni_core.pipelines.base import AudioChunk, GenerationResult, SpeechPipeline
+from omni_core.serving import media
+from omni_core.serving.errors import APIError, from_exception
+from omni_core.serving.http import await_job, read_json, request_id, validate
+from omni_core.serving.models import pick
+from omni_core.serving.openapi import body_spec
+from omni_core.serving.schemas import SpeechBody
+from omni_core.serving.state import ServerState
+
+log = logging.getLogger("omni.serving")
+
+#: What a streaming job's queue carries: audio deltas, then the job's finished future.
+Item = AudioChunk | Future[GenerationResult]
+
+
+def add_routes(router: APIRouter, state: ServerState) -> None:
+    @router.post(
+        "/audio/speech",
+        summary="Synthesize speech (whole file, chunked PCM or SSE)",
+        response_class=Response,
+        openapi_extra=body_spec(
+            SpeechBody, multipart=False, json_body=True, files={}, model_ids=state.models
+        ),
+    )
+    async def speech(request: Request) -> Response:
+        body = validate(SpeechBody, await read_json(request, state.config))
+        served = pick(state.models, body.model, "speech")
+        fields: dict[str, Any] = {"prompt": body.input, "speed": body.speed}
+        if body.voice_id() is not None:
+            fields["voice"] = body.voice_id()
+        if body.seed is not None:
+            fields["seed"] = body.seed
+        gen = state.build_request(
+            served, fields, extras=body.extras(), request_id=request_id(request)
+        )
+        if not (body.stream or body.stream_format is not None):
+            job = state.submit(served, Job(gen))
+            result = await await_job(served, job, request)
+            data = await asyncio.to_thread(
+                media.encode_audio, result.audio, result.sample_rate, body.response_format
+            )
+            return Response(
+                data,
+                media_type=media.AUDIO_MEDIA_TYPES[body.response_format],
+                headers={"x-omni-sample-rate": str(result.sample_rate)},
+            )
+
+        sse = body.stream_format == "sse"
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Item] = asyncio.Queue()
+        job = Job(gen, on_chunk=lambda chunk: loop.call_soon_threadsafe(queue.put_nowait, chunk))
+        job.future.add_done_callback(lambda fut: loop.call_soon_threadsafe(queue.put_nowait, fut))
+        state.submit(served, job)
+        engine = served.engine
+        assert engine is not None
+        try:
+            first = await queue.get()
+        except asyncio.CancelledError:
+            engine.cancel(job, "the client disconnected")
+            raise
+        if isinstance(first, AudioChunk):
+            rate = first.sample_rate
+        else:  # the future finished before any audio
+            exc = first.exception()
+            if exc is not None:
+                raise from_exception(exc)
+            rate = int(first.result().sample_rate or 0)
+        # SSE carries base64 PCM deltas (OpenAI's speech.audio.delta); a raw stream is encoded.
+        encoder, _ = media.stream_encoder("pcm" if sse else body.response_format, rate)
+
+        async def items() -> AsyncIterator[Item]:
+            item: Item = first
+            try:
+                while isinstance(item, AudioChunk):
+                    yield item
+                    item = await queue.get()
+                yield item  # the finished future
+            finally:
+                if not job.future.done():
+                    engine.cancel(job, "the client disconnected")
+
+        async def audio_stream() -> AsyncIterator[bytes]:
+            async for item in items():
+                if isinstance(item, AudioChunk):
+                    data = encoder.encode(item.samples)
+                    if data:
+                        yield data
+                elif item.exception() is not None:
+                    log.error("request %s failed mid-stream: %s", gen.request_id, item.exception())
+                    return
+                else:
+                    tail = encoder.close()
+                    if tail:
+                        yield tail
+
+        async def sse_stream() -> AsyncIterator[bytes]:
+            samples = 0
+            async for item in items():
+                if isinstance(item, AudioChunk):
+                    samples += len(item.samples)
+                    event = {
+                        "type": "speech.audio.delta",
+                        "audio": base64.b64encode(encoder.encode(item.samples)).decode(),
+                    }
+                elif (exc := item.exception()) is not None:
+                    event = {"type": "error", "error": from_exception(exc).body()["error"]}
+                else:
+                    event = {
+                        "type": "speech.audio.done",
+                        "sample_rate": rate,
+                        "audio_seconds": samples / rate,
+                        "usage": {
+                            "input_tokens": len(body.input),
+                            "output_tokens": 0,
+                            "total_tokens": len(body.input),
+                        },
+                    }
+                yield f"data: {json.dumps(event)}\n\n".encode()
+
+        headers = {"x-omni-sample-rate": str(rate), "Cache-Control": "no-cache"}
+        if sse:
+            return StreamingResponse(sse_stream(), media_type="text/event-stream", headers=headers)
+        return StreamingResponse(audio_stream(), media_type=encoder.media_type, headers=headers)
+
+    @router.get("/audio/voices", summary="Voices of the served speech models")
+    async def voices(model: str | None = Query(None, max_length=500)) -> dict[str, Any]:
+        if model is not None and model not in state.models:
+            raise APIError(
+                404,
+                f"the model {model!r} does not exist on this server",
+                param="model",
+                code="model_not_found",
+            )
+        data = []
+        for served in state.models.values():
+            if served.status != "ready" or (model is not None and served.id != model):
+                continue
+            pipeline = served.pipeline
+            if not isinstance(pipeline, SpeechPipeline):
+                continue
+            for voice in pipeline.voices():
+                data.append(
+                    {
+                        "id": voice.id,
+                        "object": "voice",
+                        "name": voice.name or voice.id,
+                        "language": voice.language,
+                        "description": voice.description,
+                        "model": served.id,
+                    }
+                )
+        return {"object": "list", "data": data}

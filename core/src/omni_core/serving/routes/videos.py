@@ -1,0 +1,238 @@
+"""``/v1/videos``: create a job (JSON, or multipart with an ``input_reference`` image), list,
+retrieve, download the MP4, cancel or delete. The job state machine is
+:mod:`omni_core.serving.jobs`."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import FileResponse
+
+from omni_core.requests import clip_seconds
+from omni_core.serving import media
+from omni_core.serving.errors import APIError, invalid
+from omni_core.serving.http import (
+    FORM_TYPES,
+    diffusion_fields,
+    form_fields,
+    form_files,
+    read_form,
+    read_json,
+    upload_bytes,
+    validate,
+)
+from omni_core.serving.models import pick
+from omni_core.serving.openapi import body_spec
+from omni_core.serving.persistence import TERMINAL, JobRecord
+from omni_core.serving.schemas import VideoBody
+from omni_core.serving.state import ServerState
+
+#: The longest clip ``seconds`` may ask for (the pipeline's own frame limit applies too).
+MAX_SECONDS = 60.0
+
+
+def _seconds(body: VideoBody) -> float | None:
+    if body.seconds is None:
+        return None
+    try:
+        seconds = float(body.seconds)
+    except ValueError:
+        raise invalid("seconds: expected a number", "seconds") from None
+    if not 0 < seconds <= MAX_SECONDS:
+        raise invalid(f"seconds: must be in (0, {MAX_SECONDS:g}]", "seconds")
+    return seconds
+
+
+def add_routes(router: APIRouter, state: ServerState) -> None:
+    config = state.config
+
+    def record_or_404(video_id: str) -> JobRecord:
+        assert state.store is not None
+        record = state.store.get(video_id)
+        if record is None:
+            raise APIError(
+                404, f"no video job {video_id!r}", param="video_id", code="video_not_found"
+            )
+        return record
+
+    async def read_video_body(request: Request) -> tuple[VideoBody, bytes | None]:
+        """The body, and the bytes of its input image (uploaded, or a URL fetched if allowed)."""
+        ctype = request.headers.get("content-type", "")
+        image_bytes: bytes | None = None
+        if ctype.startswith(FORM_TYPES):
+            form = await read_form(request, config)
+            try:
+                uploads = form_files(form, ("input_reference",)).get("input_reference", [])
+                if len(uploads) > 1:
+                    raise invalid("input_reference: one image only", "input_reference")
+                if uploads:
+                    image_bytes = await upload_bytes(uploads[0], "input_reference", config)
+                fields = form_fields(form)
+            finally:
+                await form.close()
+            if image_bytes is not None and "input_reference" in fields:
+                raise invalid(
+                    "input_reference: given both as a file and as a text field",
+                    "input_reference",
+                    code="duplicate_parameter",
+                )
+            body = validate(VideoBody, fields)
+        elif ctype.startswith("application/json") or not ctype:
+            body = validate(VideoBody, await read_json(request, config))
+        else:
+            raise APIError(
+                415,
+                "POST /v1/videos takes application/json or multipart/form-data",
+                code="unsupported_media_type",
+            )
+        ref = body.input_reference
+        if image_bytes is None and ref is not None:
+            if isinstance(ref, dict):
+                ref = ref.get("image_url")
+                if not isinstance(ref, str):
+                    raise invalid("input_reference: expected {'image_url': URL}", "input_reference")
+            image_bytes = await media.fetch_url(
+                ref,
+                param="input_reference",
+                allowed_hosts=state.allowed_hosts,
+                max_bytes=config.max_upload_bytes,
+            )
+        return body, image_bytes
+
+    @router.post(
+        "/videos",
+        summary="Create a video job",
+        openapi_extra=body_spec(
+            VideoBody,
+            multipart=True,
+            json_body=True,
+            files={"input_reference": False},
+            model_ids=state.models,
+        ),
+    )
+    async def create_video(request: Request) -> dict[str, Any]:
+        body, image_bytes = await read_video_body(request)
+        seconds = _seconds(body)
+        served = pick(state.models, body.model, "video")
+        fields = diffusion_fields(body)
+        if body.num_frames is not None:
+            fields["num_frames"] = body.num_frames
+        images = []
+        if image_bytes is not None:
+            images.append(
+                await asyncio.to_thread(media.decode_image, image_bytes, "input_reference")
+            )
+        job_id = f"video_{uuid.uuid4().hex}"
+        request.state.request_id = job_id
+        extras = body.extras()
+        gen = state.build_request(
+            served, {**fields, "images": images}, extras=extras, request_id=job_id, seconds=seconds
+        )
+        store = state.store
+        assert store is not None
+        input_path = None
+        if images:
+            input_path = str(store.inputs / f"{job_id}.png")
+            await asyncio.to_thread(images[0].save, input_path)
+        if seconds is not None:  # persisted as frames: a restart rebuilds the same request
+            fields["num_frames"] = gen.num_frames
+        clip = clip_seconds(served.pipeline, gen)
+        store.create(
+            job_id=job_id,
+            model=served.id,
+            prompt=body.prompt,
+            size=f"{gen.width}x{gen.height}" if gen.width and gen.height else (body.size or ""),
+            seconds=f"{clip:g}" if clip is not None else (body.seconds or ""),
+            request={**fields, "extras": extras},
+            input_path=input_path,
+        )
+        try:
+            state.jobs.submit(served, gen)
+        except APIError:
+            store.delete(job_id)
+            raise
+        record = store.get(job_id)
+        assert record is not None
+        return record.as_api()
+
+    @router.get("/videos", summary="List video jobs")
+    async def list_videos(
+        limit: int = Query(20, ge=1, le=100),
+        order: Literal["asc", "desc"] = "desc",
+        after: str | None = Query(None, max_length=100),
+    ) -> dict[str, Any]:
+        assert state.store is not None
+        records = state.store.list(order=order, limit=limit + 1, after=after)
+        has_more = len(records) > limit
+        data = [r.as_api() for r in records[:limit]]
+        return {
+            "object": "list",
+            "data": data,
+            "has_more": has_more,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+        }
+
+    @router.get("/videos/{video_id}", summary="Get a video job")
+    async def get_video(video_id: str) -> dict[str, Any]:
+        return record_or_404(video_id).as_api()
+
+    @router.get(
+        "/videos/{video_id}/content",
+        summary="Download the MP4 of a completed job",
+        response_class=FileResponse,
+    )
+    async def video_content(
+        video_id: str, variant: str = Query("video", max_length=20)
+    ) -> FileResponse:
+        record = record_or_404(video_id)
+        if variant != "video":
+            raise invalid(f"variant: only 'video' is available, not {variant!r}", "variant")
+        if record.status != "completed" or not record.output_path:
+            raise APIError(
+                409,
+                f"video {video_id} is {record.status}, not completed",
+                param="video_id",
+                code="video_not_ready",
+            )
+        path = Path(record.output_path)
+        if not path.is_file():
+            raise APIError(
+                404,
+                f"the content of video {video_id} is missing from the state dir",
+                code="video_content_missing",
+            )
+        return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
+
+    @router.delete("/videos/{video_id}", summary="Cancel a queued or running job, or delete one")
+    async def delete_video(video_id: str) -> dict[str, Any]:
+        record = record_or_404(video_id)
+        assert state.store is not None
+        if record.status in TERMINAL:
+            await asyncio.to_thread(state.store.delete, video_id)
+            return {"id": video_id, "object": "video.deleted", "deleted": True}
+        job = state.jobs.get(video_id)
+        served = state.models.get(record.model)
+        if job is not None and served is not None and served.engine is not None:
+            served.engine.cancel(job, "cancelled by the client")
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(job.future), timeout=60)
+            except Exception:  # noqa: BLE001 - the job's own outcome is recorded elsewhere
+                pass
+        else:
+            state.jobs.finalize(
+                video_id,
+                "cancelled",
+                error={"code": "cancelled", "message": "cancelled by the client"},
+            )
+        current = state.store.get(video_id)
+        return {
+            "id": video_id,
+            "object": "video.deleted",
+            "deleted": False,
+            "status": current.status if current else "cancelled",
+        }

@@ -1,0 +1,145 @@
+"""What the routes share: the config, the served models, the video jobs and the metrics.
+
+Models load in a background thread after the socket is open, so ``/health`` can say 503 until
+every model is loaded and warmed. Requests are built by :func:`omni_core.requests.build_request`
+(the one request path of the Python API and the CLI too): the schema, then the pipeline's own
+``validate`` once, then the operator limits; engines apply back-pressure (429) and run the work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omni_core.engine import EngineStoppedError, Job
+from omni_core.errors import InvalidRequestError
+from omni_core.pipelines.base import GenerationRequest
+from omni_core.requests import build_request
+from omni_core.serving import media
+from omni_core.serving.config import ServerConfig
+from omni_core.serving.errors import APIError, from_exception
+from omni_core.serving.jobs import VideoJobs
+from omni_core.serving.metrics import Metrics
+from omni_core.serving.models import ServedModel
+from omni_core.serving.persistence import JobRecord, JobStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from omni_core.api import Omni
+
+log = logging.getLogger("omni.serving")
+
+
+class ServerState:
+    """The server's shared state and its lifecycle (:meth:`start`, :meth:`shutdown`)."""
+
+    def __init__(self, config: ServerConfig, preloaded: Mapping[str, Omni] | None = None) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.models: dict[str, ServedModel] = {s.id: ServedModel(s) for s in config.models}
+        self.preloaded = dict(preloaded or {})
+        self.store: JobStore | None = None
+        self._jobs: VideoJobs | None = None
+        self.stopping = False
+        self.allowed_hosts = frozenset(h.lower() for h in config.allowed_url_hosts)
+        #: Encodes MP4s and writes job progress off the engine threads.
+        self.io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="omni-io")
+        self.loader: threading.Thread | None = None
+
+    @property
+    def jobs(self) -> VideoJobs:
+        assert self._jobs is not None, "the server has not started"
+        return self._jobs
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.store = JobStore(self.config.state_dir)
+        self._jobs = VideoJobs(
+            self.store,
+            submit=self.submit,
+            metrics=self.metrics,
+            io=self.io,
+            stopping=lambda: self.stopping,
+        )
+        failed, _ = self.store.recover()
+        for record in failed:
+            log.warning(
+                "video job %s was running when the server stopped: marked failed", record.id
+            )
+        self.loader = threading.Thread(target=self._load_all, name="omni-loader", daemon=True)
+        self.loader.start()
+
+    def _load_all(self) -> None:
+        for served in self.models.values():
+            try:
+                served.load(self.config, self.metrics, self.preloaded.get(served.id))
+            except Exception as exc:
+                served.fail(exc)
+                log.exception("model %s failed to load", served.id)
+            else:
+                self.metrics.ready.labels(served.id).set(1)
+        self.jobs.resume(self.models, self._rebuild_video_request)
+
+    def shutdown(self) -> None:
+        """Finish what runs within the grace period; queued video jobs stay queued on disk."""
+        self.stopping = True
+        stoppers = [
+            threading.Thread(target=served.stop, args=(self.config.shutdown_grace_s,))
+            for served in self.models.values()
+        ]
+        for thread in stoppers:  # every model gets the whole grace period, in parallel
+            thread.start()
+        for thread in stoppers:
+            thread.join()
+        for served in self.models.values():  # parallel workers: leave no process behind
+            served.close()
+        self.io.shutdown(wait=True)
+        if self.store is not None:
+            self.store.close()
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def build_request(
+        self,
+        served: ServedModel,
+        fields: Mapping[str, Any],
+        *,
+        extras: Mapping[str, Any] | None = None,
+        request_id: str | None = None,
+        seconds: float | None = None,
+    ) -> GenerationRequest:
+        """Shared fields + the body's extras -> a validated request (400 on any problem)."""
+        try:
+            return build_request(
+                served.pipeline,
+                fields,
+                extras=extras,
+                request_id=request_id,
+                limits=self.config.limits,
+                seconds=seconds,
+                extras_at=None,  # extras are top-level fields of the body
+            )
+        except InvalidRequestError as exc:
+            raise from_exception(exc) from None
+
+    def _rebuild_video_request(self, served: ServedModel, record: JobRecord) -> GenerationRequest:
+        fields = dict(record.request)
+        extras = fields.pop("extras", None)
+        if record.input_path:
+            fields["images"] = [media.decode_image(Path(record.input_path).read_bytes())]
+        return self.build_request(served, fields, extras=extras, request_id=record.id)
+
+    def submit(self, served: ServedModel, job: Job) -> Job:
+        """Queue ``job`` on its model's engine (429 when full, 503 while shutting down)."""
+        if self.stopping:
+            raise from_exception(EngineStoppedError("the server is shutting down"))
+        if served.engine is None:
+            raise APIError(503, f"model {served.id!r} is not running", type="server_error")
+        try:
+            return served.engine.submit(job)
+        except Exception as exc:  # noqa: BLE001 - mapped to its HTTP status
+            raise from_exception(exc) from None
