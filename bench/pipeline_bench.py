@@ -1,11 +1,13 @@
 """Run ``omni bench pipeline`` as a plain script (the GPU machine may not have omni installed).
 
-    python3 bench/pipeline_bench.py --out $OUT/pipeline-h200.json              # all workloads
-    python3 bench/pipeline_bench.py --workload qwen-image-1024 --out $OUT/q.json
-    python3 bench/pipeline_bench.py --tiny --out /tmp/tiny.json                 # CPU smoke test
+    python3 bench/pipeline_bench.py --workload qwen-image-1024 --out $OUT/qwen.json
+    python3 bench/pipeline_bench.py --workload wan2.2-ti2v-5b-704x1280x121 --reps 1 \\
+        --out $OUT/wan5b.json
+    python3 bench/pipeline_bench.py --tiny --out /tmp/tiny.json              # CPU smoke test
     python3 bench/pipeline_bench.py --combine a.json b.json --out bench/results/pipeline-h200.json
 
-Everything else is :mod:`omni_core.commands.bench_pipeline`.
+Every option is the command's (``omni bench pipeline --help``); the runner is
+:mod:`omni_core.benchmark.runner` and the workloads are the plugins' (``--list``).
 """
 
 from __future__ import annotations
@@ -20,17 +22,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _combine(argv: list[str]) -> int:
-    """Merge row files of several runs (one per workload) into one JSON + plot."""
-    from omni_core.commands.bench_pipeline import write_plot
+    """Merge the rows of several result files into one JSON + plot.
+
+    Speed-ups are recomputed per workload over the merged rows, so the reference modes and
+    omni's may come from separate runs (``--modes diffusers,diffusers-compiled`` in one call,
+    ``--modes omni`` in the next) on the same machine kind.
+    """
+    from omni_core.benchmark.plot import write_plot
+    from omni_core.benchmark.report import add_speedups, load_rows
 
     out = Path(argv[argv.index("--out") + 1])
     sources = [Path(a) for a in argv[argv.index("--combine") + 1 :] if not a.startswith("--")]
     sources = [s for s in sources if s != out]
-    rows = []
+    runs, rows = [], []
     for src in sources:
-        rows.extend(json.loads(src.read_text()))
+        meta, more = load_rows(src)
+        runs.append({"file": src.name, **meta})
+        rows.extend(more)
+    for workload in dict.fromkeys(r["workload"] for r in rows):
+        add_speedups([r for r in rows if r["workload"] == workload])
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=2))
+    out.write_text(json.dumps({"runs": runs, "rows": rows}, indent=2, default=str) + "\n")
     write_plot(rows, out.with_suffix(".png"))
     print(f"combined {len(rows)} rows from {len(sources)} files into {out}")
     return 0
@@ -39,9 +51,14 @@ def _combine(argv: list[str]) -> int:
 def main() -> int:
     try:
         import omni_core  # noqa: F401
-    except ImportError:
-        sys.path.insert(0, str(ROOT / "core" / "src"))
-    os.environ.setdefault("OMNI_DISABLE_PLUGIN_AUTOLOAD", "1")
+    except ImportError:  # a bare checkout: the sources, and the model plugins by hand
+        for src in ("core/src", "plugins/omni-wan/src", "plugins/omni-qwen/src"):
+            sys.path.insert(0, str(ROOT / src))
+        from omni_core.plugins import get_host
+
+        for name in ("omni-wan", "omni-qwen"):
+            if name not in get_host().plugins:
+                get_host().load_module(name, name.replace("-", "_") + ".plugin")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     argv = sys.argv[1:]
     if "--combine" in argv:
@@ -49,9 +66,9 @@ def main() -> int:
     os.environ.setdefault(
         "OMNI_BENCH_COMMAND", "python3 bench/pipeline_bench.py " + shlex.join(argv)
     )
-    from omni_core.commands.bench_pipeline import pipeline
+    from omni_core.commands.bench import bench_pipeline
 
-    pipeline.main(args=argv, prog_name="pipeline_bench.py", standalone_mode=True)
+    bench_pipeline.main(args=argv, prog_name="pipeline_bench.py", standalone_mode=True)
     return 0
 
 

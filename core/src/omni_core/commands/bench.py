@@ -1,4 +1,4 @@
-"""``omni bench``: benchmarks. A lazy group: ``serve`` is here, others register in BENCH_COMMANDS.
+"""``omni bench``: benchmarks. A lazy group: ``serve`` and ``pipeline`` are here.
 
 To add a subcommand without touching this file's logic, add ``"name": "module:attr"`` to
 :data:`BENCH_COMMANDS` (and its one-line help to :data:`BENCH_HELP`); it is imported only when run.
@@ -19,12 +19,12 @@ from omni_core.cli import LazyGroup
 #: Subcommands of ``omni bench``: name -> "module:attr", imported on use.
 BENCH_COMMANDS: dict[str, str] = {
     "serve": "omni_core.commands.bench:bench_serve",
-    "pipeline": "omni_core.commands.bench_pipeline:pipeline",
+    "pipeline": "omni_core.commands.bench:bench_pipeline",
 }
 
 BENCH_HELP: dict[str, str] = {
     "serve": "Load-test a running omni server (throughput, latency, SLO, speech TTFB/RTF).",
-    "pipeline": "Real-size pipelines, omni vs diffusers in one run (GPU): s/step, TFLOP/s, memory.",
+    "pipeline": "Registered workloads end to end: omni vs diffusers (eager, compiled) in one run.",
 }
 
 
@@ -171,4 +171,145 @@ def bench_serve(
         plot(summary, plot_path)
         click.echo(f"wrote {plot_path}")
     if summary["completed"] == 0:
+        sys.exit(1)
+
+
+def _command_line() -> str:
+    """The command as typed (``OMNI_BENCH_COMMAND`` wins: wrappers set it)."""
+    import os
+
+    if os.environ.get("OMNI_BENCH_COMMAND"):
+        return os.environ["OMNI_BENCH_COMMAND"]
+    argv = list(sys.argv)
+    program = Path(argv[0]).name if argv else "omni"
+    return shlex.join([program, *argv[1:]])
+
+
+@click.command("pipeline")
+@click.option(
+    "--workload",
+    "workloads",
+    multiple=True,
+    metavar="NAME",
+    help="A registered workload (repeatable; default: every non-tiny one). See --list.",
+)
+@click.option("--tiny", is_flag=True, help="The tiny registered workloads, on CPU (smoke test).")
+@click.option(
+    "--modes",
+    "modes",
+    multiple=True,
+    metavar="LIST",
+    help="Comma-separated: diffusers, diffusers-compiled, omni, omni-fp8, omni-cache:NAME "
+    "(default: diffusers,diffusers-compiled,omni; on CPU without the compiled one).",
+)
+@click.option(
+    "--reps",
+    default=3,
+    show_default=True,
+    type=click.IntRange(0, 100),
+    help="Steady-state requests per mode after the first (median reported).",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where checkpoint folders are built and kept [default: $OMNI_BENCH_DIR or "
+    "~/.cache/omni/bench].",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("pipeline-bench.json"),
+    show_default=True,
+    help="JSON result file; a PNG plot is written beside it. (Committed results live in "
+    "bench/results/.)",
+)
+@click.option(
+    "--layers",
+    type=click.IntRange(1, 1000),
+    default=None,
+    help="Build transformers with this many blocks (real widths); reported per row.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(1, 1000),
+    default=None,
+    help="Override the workload's denoising steps.",
+)
+@click.option("--device", default=None, help="torch device (default: the platform's first).")
+@click.option("--dtype", default=None, help="Model dtype (default: bfloat16; float32 on CPU).")
+@click.option("--quantizer", default="fp8", show_default=True, help="Quantizer of omni-fp8.")
+@click.option("--compile-backend", default=None, help="torch.compile backend (default inductor).")
+@click.option("--rebuild", is_flag=True, help="Rebuild checkpoint folders even if present.")
+@click.option(
+    "--discard-checkpoints",
+    is_flag=True,
+    help="Delete each checkpoint folder after its workload (small disks).",
+)
+@click.option("--list", "list_only", is_flag=True, help="List the registered workloads and exit.")
+def bench_pipeline(
+    workloads: tuple[str, ...],
+    tiny: bool,
+    modes: tuple[str, ...],
+    reps: int,
+    work_dir: Path | None,
+    out: Path,
+    layers: int | None,
+    steps: int | None,
+    device: str | None,
+    dtype: str | None,
+    quantizer: str,
+    compile_backend: str | None,
+    rebuild: bool,
+    discard_checkpoints: bool,
+    list_only: bool,
+) -> None:
+    """Run registered workloads through Omni(folder) and their reference, in one process.
+
+    Each workload's checkpoint folder (real layout, random weights) is built once under
+    --work-dir; every mode loads it and serves the same request with the same seed, and each
+    row reports load time, first and steady-state request time, s/step, peak memory and PSNR
+    against the eager reference.
+    """
+    from omni_core.benchmark.report import format_table
+    from omni_core.benchmark.runner import (
+        BenchOptions,
+        default_work_dir,
+        parse_modes,
+        run_benchmark,
+    )
+    from omni_core.errors import ConfigError
+    from omni_core.plugins import get_registry
+
+    try:
+        chosen_modes = parse_modes(modes) if modes else None
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--modes") from None
+    registry = get_registry()
+    if list_only:
+        for spec in registry.benchmarks.values():
+            tag = " (tiny)" if spec.tiny else ""
+            click.echo(
+                f"{spec.name}{tag}  [{spec.plugin}, pipeline {spec.pipeline}]  {spec.description}"
+            )
+        return
+    options = BenchOptions(
+        out=out,
+        work_dir=work_dir or default_work_dir(),
+        modes=chosen_modes,
+        reps=reps,
+        layers=layers,
+        steps=steps,
+        device=device,
+        dtype=dtype,
+        quantizer=quantizer,
+        compile_backend=compile_backend,
+        rebuild=rebuild,
+        keep_checkpoints=not discard_checkpoints,
+        command=_command_line(),
+        log=lambda message: click.echo(message, err=True),
+    )
+    rows = run_benchmark(workloads, tiny=tiny, options=options, registry=registry)
+    click.echo(format_table(rows))
+    if any(r.get("error") for r in rows):
         sys.exit(1)
