@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from omni_core.attention import AttentionRouter
-from omni_core.builtins.platforms import CpuPlatform
 from omni_core.config import AttentionConfig
 from omni_core.errors import ConfigError
+from omni_core.platforms import CpuPlatform
 from omni_core.plugins import PluginHost
 
 

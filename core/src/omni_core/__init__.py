@@ -57,6 +57,7 @@ _LAZY: dict[str, str] = {
     "dtype_kwargs": "omni_core.pipelines.diffusers_utils:dtype_kwargs",
     "resolve_model_path": "omni_core.pipelines.loading:resolve_model_path",
     "split_sentences": "omni_core.audio.speech:split_sentences",
+    "resolve_speech_model": "omni_core.audio.speech:resolve_speech_model",
     # what the core knows about a denoiser class (registered by its model plugin)
     "DenoiserAdapter": "omni_core.denoisers:DenoiserAdapter",
     "SequencePlan": "omni_core.denoisers:SequencePlan",
@@ -85,7 +86,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from omni_core.acceleration import AccelerationReport, apply_acceleration, cache_key
     from omni_core.acceleration.quantization import QuantReport
     from omni_core.api import Omni
-    from omni_core.audio.speech import StreamingSpeechPipeline, split_sentences
+    from omni_core.audio.speech import (
+        StreamingSpeechPipeline,
+        resolve_speech_model,
+        split_sentences,
+    )
     from omni_core.benchmark import Workload
     from omni_core.denoisers import DenoiserAdapter, SequencePlan
     from omni_core.distributed.parallelize import parallelize_denoiser
@@ -186,6 +191,7 @@ __all__ = [
     "hookimpl",
     "parallelize_denoiser",
     "resolve_model_path",
+    "resolve_speech_model",
     "route_attention",
     "sdpa",
     "split_sentences",

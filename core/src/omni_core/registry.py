@@ -105,6 +105,12 @@ class PipelineSpec(Spec):
         description="A generic adapter: used only when no first-class pipeline claims the "
         "checkpoint.",
     )
+    default_model: str | None = Field(
+        default=None,
+        description="The model reference this pipeline serves when a request of its modality "
+        "names none (a speech pipeline's installed default voice); the pipeline's "
+        "resolve_model claims it.",
+    )
 
     @property
     def modality(self) -> Literal["image", "video", "speech"]:
@@ -165,7 +171,7 @@ class PlatformSpec(Spec):
     device_type: str = Field(description="torch device type, e.g. 'cuda' (also under ROCm).")
     compatibility: dict[str, str] = Field(
         default_factory=dict,
-        description="Tested versions, e.g. {'omni-core': '>=0.1,<0.2', 'torch': '>=2.4'}.",
+        description="Tested versions, e.g. {'omni-core': '>=0.2,<0.3', 'torch': '>=2.4'}.",
     )
 
     @field_validator("compatibility")

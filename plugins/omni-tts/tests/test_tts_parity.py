@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core.audio import split_sentences
+from omni_core import split_sentences
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

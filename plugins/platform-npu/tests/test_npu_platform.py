@@ -27,7 +27,7 @@ def test_npu_spec_registered_with_compat_row(npu_host) -> None:
     assert spec.plugin == "omni-platform-npu"
     assert spec.device_type == "npu"
     assert spec.priority > npu_host.registry.platforms["cuda"].priority
-    assert spec.compatibility["omni-core"] == ">=0.1,<0.2"
+    assert spec.compatibility["omni-core"] == ">=0.2,<0.3"
     assert spec.compatibility["torch-npu"] == ">=2.5.1"
     assert spec.compatibility["torch"] == ">=2.5"
 

@@ -28,7 +28,7 @@ def test_rocm_spec_registered_with_compat_row(rocm_host) -> None:
     assert spec.plugin == "omni-platform-rocm"
     assert spec.device_type == "cuda"
     assert spec.priority > rocm_host.registry.platforms["cuda"].priority
-    assert spec.compatibility == {"omni-core": ">=0.1,<0.2", "torch": ">=2.5"}
+    assert spec.compatibility == {"omni-core": ">=0.2,<0.3", "torch": ">=2.5"}
 
 
 def test_rocm_beats_builtin_cuda_on_a_hip_build(rocm_host, mi300) -> None:

@@ -61,7 +61,7 @@ def test_rocm_doctor_json_says_why_not(as_process_host, no_hip, clean_env) -> No
     row = next(p for p in report["platforms"] if p["name"] == "rocm")
     assert row["usable"] is False and "not a ROCm build" in row["reason"]
     assert {r["distribution"]: r["requires"] for r in row["compatibility"]} == {
-        "omni-core": ">=0.1,<0.2",
+        "omni-core": ">=0.2,<0.3",
         "torch": ">=2.5",
     }
     aiter = next(b for b in report["attention_backends"] if b["name"] == "aiter")

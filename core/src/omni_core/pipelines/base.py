@@ -264,6 +264,6 @@ class SpeechPipeline(Pipeline):
 
     @classmethod
     def known_voices(cls) -> list[Voice] | None:
-        """Voices known without loading weights (``omni generate speech --list-voices``);
+        """Voices known without loading weights (``omni voices``);
         None: only a loaded model can tell."""
         return None

@@ -29,8 +29,7 @@ EXTRAS: dict[str, dict[str, Any]] = {
 
 
 def measure(family: str, runs: int, root: Path) -> dict[str, Any]:
-    from omni_core import Omni
-    from omni_core.audio import resolve_speech_model
+    from omni_core import Omni, resolve_speech_model
 
     if family == "piper":
         ref, kwargs = resolve_speech_model("piper")

@@ -10,9 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from omni_core.audio import StreamingSpeechPipeline, split_sentences
-from omni_core.errors import ModelNotFoundError
-from omni_core.pipelines.base import GenerationRequest, PipelineOptions
+from omni_core import (
+    GenerationRequest,
+    ModelNotFoundError,
+    PipelineOptions,
+    StreamingSpeechPipeline,
+    resolve_model_path,
+    split_sentences,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -89,8 +94,6 @@ def find_vocoder(path: Path, options: PipelineOptions, default_hub_id: str) -> P
     ``options.extra["vocoder"]`` (a folder or Hub id) wins; otherwise a ``vocoder/`` subfolder;
     otherwise ``default_hub_id`` through huggingface-hub (offline: from its cache).
     """
-    from omni_core.pipelines.loading import resolve_model_path
-
     chosen = options.extra.get("vocoder")
     if chosen:
         return resolve_model_path(chosen)

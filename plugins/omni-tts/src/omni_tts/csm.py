@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from omni_core.pipelines.base import GenerationRequest, PipelineOptions, Voice
+from omni_core import GenerationRequest, PipelineOptions, Voice
 from omni_tts.common import TransformersSpeechPipeline, load_pretrained, request_seed
 
 SPEAKERS = 4
@@ -47,6 +47,14 @@ class CsmExtras(BaseModel):
         description="Left context decoded with each chunk "
         "(default: the codec's attention window, which makes chunked decoding exact).",
     )
+
+
+def speakers() -> list[Voice]:
+    """The voices of every CSM checkpoint: speaker ids ``[0]`` .. ``[3]``."""
+    return [
+        Voice(id=f"speaker-{i}", name=f"Speaker {i}", description=f"CSM speaker id [{i}]")
+        for i in range(SPEAKERS)
+    ]
 
 
 class _Cancelled(Exception):
@@ -101,14 +109,12 @@ class CsmPipeline(TransformersSpeechPipeline):
         return cls(model, processor, options)
 
     def voices(self) -> list[Voice]:
-        return self.known_voices()
+        return speakers()
 
     @classmethod
-    def known_voices(cls) -> list[Voice]:
-        return [
-            Voice(id=f"speaker-{i}", name=f"Speaker {i}", description=f"CSM speaker id [{i}]")
-            for i in range(SPEAKERS)
-        ]
+    def known_voices(cls) -> list[Voice] | None:
+        """CSM's speaker ids are the same on every checkpoint."""
+        return speakers()
 
     def prompt(self, request: GenerationRequest) -> Any:
         """Processor inputs for ``request`` exactly as the model card builds them."""

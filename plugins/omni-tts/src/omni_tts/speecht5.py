@@ -19,8 +19,7 @@ from typing import Any
 
 from pydantic import Field
 
-from omni_core.errors import ConfigError
-from omni_core.pipelines.base import GenerationRequest, PipelineOptions, Voice
+from omni_core import ConfigError, GenerationRequest, PipelineOptions, Voice
 from omni_tts.common import (
     SegmentExtras,
     TransformersSpeechPipeline,
@@ -107,7 +106,7 @@ class SpeechT5Pipeline(TransformersSpeechPipeline):
         return cls(model, vocoder, tokenizer, embeddings, options)
 
     @classmethod
-    def known_voices(cls) -> list[Voice]:
+    def known_voices(cls) -> list[Voice] | None:
         """The built-in voices (checkpoints may add more from speaker_embeddings/)."""
         return [
             Voice(

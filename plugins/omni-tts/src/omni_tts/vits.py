@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from omni_core.pipelines.base import GenerationRequest, PipelineOptions, Voice
+from omni_core import GenerationRequest, PipelineOptions, Voice
 from omni_tts.common import (
     DEFAULT_VOICE,
     SegmentExtras,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING
 
-from omni_core.registry import Availability
+from omni_core import Availability
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -93,7 +93,7 @@ def npu_fusion(
 ) -> torch.Tensor:
     """Attention over ``[B, S, H, D]`` on torch_npu's fused kernel (SDPA where it cannot run)."""
     if not kernel_accepts(q, k):
-        from omni_core.kernels.sdpa import sdpa
+        from omni_core import sdpa
 
         return sdpa(q, k, v, attn_mask=attn_mask, scale=scale)
     import torch_npu

@@ -25,7 +25,7 @@ import re
 from importlib import metadata
 from pathlib import Path
 
-from omni_core.registry import Availability
+from omni_core import Availability
 
 #: Where the Ascend driver creates device nodes (a module attribute so tests can point it at a
 #: temporary directory).

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.registry import AttentionBackendSpec, PlatformSpec
+from omni_core import PLUGIN_API_VERSION, AttentionBackendSpec, PlatformSpec, hookimpl
 from omni_platform_npu.compat import COMPATIBILITY
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING
 
-from omni_core.registry import Availability
+from omni_core import Availability
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -40,7 +40,7 @@ def _sdpa(
     attn_mask: torch.Tensor | None,
     scale: float | None,
 ) -> torch.Tensor:
-    from omni_core.kernels.sdpa import sdpa
+    from omni_core import sdpa
 
     return sdpa(q, k, v, attn_mask=attn_mask, scale=scale)
 

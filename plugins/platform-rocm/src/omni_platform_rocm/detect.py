@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from omni_core.registry import Availability
+from omni_core import Availability
 from omni_platform_rocm.compat import MIN_ROCM
 
 #: The KFD topology and device node (module attributes so tests can point them at a tmp dir).

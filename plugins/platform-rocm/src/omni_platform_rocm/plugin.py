@@ -11,8 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.registry import AttentionBackendSpec, PlatformSpec, QuantizerSpec
+from omni_core import (
+    PLUGIN_API_VERSION,
+    AttentionBackendSpec,
+    PlatformSpec,
+    QuantizerSpec,
+    hookimpl,
+)
 from omni_platform_rocm.compat import COMPATIBILITY
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION

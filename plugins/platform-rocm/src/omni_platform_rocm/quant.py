@@ -14,9 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from omni_core.acceleration.quantization import QuantReport
-from omni_core.errors import ConfigError
-from omni_core.registry import Availability
+from omni_core import Availability, ConfigError, QuantReport
 from omni_platform_rocm import detect
 from omni_platform_rocm.fp8 import fp8_formats
 
