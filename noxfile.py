@@ -134,7 +134,7 @@ def package(session: nox.Session) -> None:
     if len(wheels) != len(PACKAGES) or len(sdists) != len(PACKAGES):
         session.error(f"expected {len(PACKAGES)} wheels and sdists, got {wheels} {sdists}")
     install_torch(session)
-    # --find-links: the plugins' `omni-core>=0.1,<0.2` resolves to the wheel just built.
+    # --find-links: the plugins' `omni-core>=0.2,<0.3` resolves to the wheel just built.
     session.install("--find-links", str(dist), *wheels)
     check = (
         "import json, subprocess, sys\n"

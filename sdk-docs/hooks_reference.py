@@ -5,6 +5,7 @@ Markers replaced in pages:
 - ``<!-- omni:hookspecs -->``: every hook in core/src/omni_core/hookspecs.py (signature and
   docstring), read with ``ast`` so building the docs imports nothing from omni.
 - ``<!-- omni:specs -->``: the fields of every spec model (needs omni-core importable).
+- ``<!-- omni:capabilities -->``: the fields of ``PipelineCapabilities``.
 - ``<!-- omni:config-env -->``: every ``OMNI_*`` configuration variable.
 """
 
@@ -54,6 +55,22 @@ def _type_name(annotation: Any) -> str:
     return text.replace("|", "\\|")
 
 
+def _field_table(model: Any, common: set[str]) -> list[str]:
+    out = ["| field | type | default | description |", "|---|---|---|---|"]
+    for name, field in model.model_fields.items():
+        if name == "plugin":
+            continue
+        if field.is_required():
+            default = "required"
+        else:
+            default = f"`{field.get_default(call_default_factory=True)!r}`"
+        inherited = " (all specs)" if name in common else ""
+        description = (field.description or "").replace("\n", " ").replace("|", "\\|")
+        kind_type = _type_name(field.annotation)
+        out.append(f"| `{name}` | `{kind_type}` | {default} | {description}{inherited} |")
+    return out
+
+
 def spec_reference() -> str:
     _ensure_core_importable()
     from omni_core.registry import SPEC_TYPES, Spec
@@ -62,20 +79,19 @@ def spec_reference() -> str:
     for kind, model in SPEC_TYPES.items():
         doc = inspect.cleandoc(model.__doc__ or "")
         out.append(f"### `{model.__name__}` ({kind})\n\n{doc}\n")
-        out.append("| field | type | default | description |\n|---|---|---|---|")
-        for name, field in model.model_fields.items():
-            if name == "plugin":
-                continue
-            if field.is_required():
-                default = "required"
-            else:
-                default = f"`{field.get_default(call_default_factory=True)!r}`"
-            inherited = " (all specs)" if name in Spec.model_fields else ""
-            description = (field.description or "").replace("\n", " ").replace("|", "\\|")
-            kind_type = _type_name(field.annotation)
-            out.append(f"| `{name}` | `{kind_type}` | {default} | {description}{inherited} |")
+        out += _field_table(model, set(Spec.model_fields))
         out.append("")
     return "\n".join(out)
+
+
+def capabilities_reference() -> str:
+    _ensure_core_importable()
+    from omni_core.registry import PipelineCapabilities
+
+    doc = inspect.cleandoc(PipelineCapabilities.__doc__ or "")
+    return "\n".join(
+        [f"### `PipelineCapabilities`\n\n{doc}\n", *_field_table(PipelineCapabilities, set()), ""]
+    )
 
 
 def config_env_reference() -> str:
@@ -91,6 +107,7 @@ def config_env_reference() -> str:
 GENERATORS = {
     "<!-- omni:hookspecs -->": hook_reference,
     "<!-- omni:specs -->": spec_reference,
+    "<!-- omni:capabilities -->": capabilities_reference,
     "<!-- omni:config-env -->": config_env_reference,
 }
 

@@ -12,7 +12,10 @@ from click.testing import CliRunner
 from omni_core.cli import cli
 from omni_core.plugins import set_host
 
-KINDS = {"pipelines", "attention_backends", "cache_backends", "quantizers", "platforms"}
+KINDS = {
+    "pipelines", "attention_backends", "cache_backends", "quantizers", "platforms", "denoisers",
+    "benchmarks",
+}
 
 
 @pytest.fixture

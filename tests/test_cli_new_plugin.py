@@ -54,7 +54,7 @@ def test_every_kind_writes_a_complete_package(kind: str, tmp_path: Path) -> None
         assert (root / relative).is_file(), relative
     pyproject = (root / "pyproject.toml").read_text()
     assert f'omni-demo-{kind} = "{module}.plugin"' in pyproject
-    assert "omni-core" in pyproject and ">=0.1,<0.2" in pyproject
+    assert "omni-core" in pyproject and ">=0.2,<0.3" in pyproject
     assert "torch==2.13.0" in (root / "tox.ini").read_text()
     plugin_source = (root / f"src/{module}/plugin.py").read_text()
     assert f"def {hook}(" in plugin_source and "@hookimpl" in plugin_source
@@ -106,3 +106,28 @@ def test_generated_plugin_installed_with_pip_is_listed_and_its_own_test_passes(
     )
     assert own_test.returncode == 0, own_test.stdout[-3000:]
     assert "1 passed" in own_test.stdout
+
+
+def test_the_model_kind_is_a_staged_pipeline_with_its_denoiser_and_uses_only_the_sdk(
+    tmp_path: Path,
+) -> None:
+    code, output = _new("demo-dit", "--kind", "model", "--output", str(tmp_path))
+    assert code == 0, output
+    root = tmp_path / "omni-demo-dit"
+    for relative in (
+        "src/omni_demo_dit/denoiser.py", "src/omni_demo_dit/testing.py",
+        "tests/test_omni_demo_dit_pipeline.py",
+    ):
+        assert (root / relative).is_file(), relative
+    plugin_source = (root / "src/omni_demo_dit/plugin.py").read_text()
+    assert "def omni_register_denoisers(" in plugin_source
+    assert '"omni_demo_dit.denoiser:ADAPTER"' in plugin_source
+    assert "cfg_parallel=True" in plugin_source and "sequence_parallel=True" in plugin_source
+    pipeline_source = (root / "src/omni_demo_dit/pipeline.py").read_text()
+    for call in ("route_attention(", "apply_acceleration(", "parallelize_denoiser("):
+        assert call in pipeline_source, call
+    # A third-party plugin needs nothing but the public SDK (`from omni_core import ...`).
+    for path in (root / "src").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("omni_core"):
+                assert node.module == "omni_core", (path.name, node.module)

@@ -2,7 +2,9 @@
 
 It selects the platform exactly as a generation would (so a forced ``OMNI_PLATFORM`` that is unknown
 or unavailable fails here the same way: one line, non-zero exit), then checks every registered
-platform, attention backend, cache backend and quantizer against it.
+platform, attention backend, cache backend and quantizer against it, and lists what model
+plugins told the core: the denoiser classes they describe and their benchmark workloads (each
+with whether it can be used: its implementation module is there, its pipeline is registered).
 """
 
 from __future__ import annotations
@@ -40,6 +42,22 @@ def check_reference(reference: str | None) -> Availability:
     if isinstance(result, Availability):
         return result
     return Availability(available=bool(result), reason="" if result else "check said no")
+
+
+def module_availability(reference: str) -> Availability:
+    """Whether the module of a lazy ``"module:attr"`` reference exists (found, not imported)."""
+    import importlib.util
+
+    module = reference.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError) as exc:
+        return Availability.no(f"cannot look up {module}: {type(exc).__name__}: {exc}")
+    return Availability.yes() if found else Availability.no(f"module {module} is not installed")
+
+
+def _usable(availability: Availability) -> dict[str, Any]:
+    return {"usable": availability.available, "reason": availability.reason}
 
 
 def compatibility_rows(compatibility: dict[str, str]) -> list[dict[str, Any]]:
@@ -163,6 +181,29 @@ def collect(config_file: str | None = None, config_set: tuple[str, ...] = ()) ->
                 }
             )
         report[kind] = rows
+    report["denoisers"] = [
+        {
+            "name": spec.name,
+            "plugin": spec.plugin,
+            "architectures": list(spec.architectures),
+            **_usable(module_availability(spec.implementation)),
+        }
+        for spec in sorted(registry.denoisers.values(), key=lambda s: s.name)
+    ]
+    report["benchmarks"] = []
+    for spec in sorted(registry.benchmarks.values(), key=lambda s: s.name):
+        availability = module_availability(spec.implementation)
+        if availability.available and spec.pipeline not in registry.pipelines:
+            availability = Availability.no(f"pipeline {spec.pipeline!r} is not registered")
+        report["benchmarks"].append(
+            {
+                "name": spec.name,
+                "plugin": spec.plugin,
+                "pipeline": spec.pipeline,
+                "tiny": spec.tiny,
+                **_usable(availability),
+            }
+        )
     report["pipelines"] = [
         {"name": s.name, "plugin": s.plugin, "tasks": list(s.tasks)}
         for s in sorted(registry.pipelines.values(), key=lambda s: s.name)
@@ -176,6 +217,16 @@ def collect(config_file: str | None = None, config_set: tuple[str, ...] = ()) ->
 
 def _mark(usable: bool | None) -> str:
     return {True: "yes", False: "no", None: "?"}[usable]
+
+
+def _cell(value: Any, *, usable: bool = False) -> str:
+    if usable:
+        return _mark(value)
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    return str(value)
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
@@ -204,6 +255,8 @@ def render(report: dict[str, Any]) -> str:
         ("attention backends", "attention_backends", ("name", "plugin", "usable", "reason")),
         ("cache backends", "cache_backends", ("name", "plugin", "lossy", "usable", "reason")),
         ("quantizers", "quantizers", ("name", "plugin", "lossy", "usable", "reason")),
+        ("denoisers", "denoisers", ("name", "plugin", "architectures", "usable", "reason")),
+        ("benchmarks", "benchmarks", ("name", "plugin", "pipeline", "tiny", "usable", "reason")),
     )
     for title, key, columns in sections:
         lines += ["", f"{title}:"]
@@ -213,10 +266,7 @@ def render(report: dict[str, Any]) -> str:
         rows = [tuple(c.upper() for c in columns)]
         for item in report[key]:
             rows.append(
-                tuple(
-                    _mark(item[c]) if c == "usable" else ("-" if item[c] is None else str(item[c]))
-                    for c in columns
-                )
+                tuple(_cell(item[c], usable=c == "usable") for c in columns)
             )
         lines += _table(rows)
     lines += ["", "platform compatibility:"]

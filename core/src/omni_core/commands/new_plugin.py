@@ -3,6 +3,14 @@
 The package has a pyproject with the ``omni`` entry point, a ``plugin.py`` whose hook registers a
 spec of the chosen kind, the implementation module that spec points at, README, CHANGELOG,
 tox.ini and a first test: "my plugin is discoverable and its specs validate".
+
+The ``model`` kind is a complete staged pipeline around a small diffusion transformer
+(``denoiser.py``), with a ``testing.py`` that writes a tiny random-weight checkpoint and a test
+that generates through ``Omni(...)``: step batching, step caches, fused QKV, regional compile
+and CFG/Ulysses parallelism all apply to it through the hooks and ``import omni_core`` alone.
+
+Templates live in ``templates/plugin``: ``common/`` for every kind, ``kinds/<kind>/`` for one
+kind (its files go to ``src/<module>/``, except those under ``tests/``, which go to ``tests/``).
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ KINDS: dict[str, tuple[str, str, str, str, bool]] = {
     "cache": ("omni_register_cache_backends", "cache_backends", "cache", "cache backend", True),
     "quantizer": ("omni_register_quantizers", "quantizers", "quantizer", "quantizer", True),
 }
+
+#: The omni-core range a generated plugin depends on: this minor (0.x: minors may break).
+CORE_RANGE = ">=0.2,<0.3"
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 TEMPLATE_ROOT = "templates/plugin"
@@ -96,14 +107,16 @@ def write_plugin(name: str, kind: str, output: Path) -> Path:
         "api": PLUGIN_API_VERSION,
         "description": f"The {names['spec_name']} {singular} for omni.",
         "core_requirement": (
-            "omni-core[runtime]>=0.1,<0.2" if needs_torch else "omni-core>=0.1,<0.2"
+            f"omni-core[runtime]{CORE_RANGE}" if needs_torch else f"omni-core{CORE_RANGE}"
         ),
+        "core_range": CORE_RANGE,
     }
     root = resources.files("omni_core").joinpath(TEMPLATE_ROOT)
     files: dict[str, str] = {}
     for folder, prefix in ((root.joinpath("common"), ""), (root.joinpath("kinds", kind), None)):
         for path, text in _walk(folder):
-            relative = path if prefix is not None else f"src/__module__/{path}"
+            in_package = prefix is None and not path.startswith("tests/")
+            relative = f"src/__module__/{path}" if in_package else path
             files[relative.replace("__module__", names["module"])] = render(text, values)
     target.mkdir(parents=True)
     for relative, text in sorted(files.items()):

@@ -1,5 +1,9 @@
 """`omni list-plugins`: what is installed and what each plugin provides.
 
+Every registry kind is listed, in the registry's order (pipelines, attention backends, cache
+backends, quantizers, platforms, denoisers, benchmarks): the JSON has every kind under
+``provides`` (empty lists included), the table the non-empty ones.
+
 Imports nothing heavy: plugin modules register lazy specs, so this stays well under half a second.
 """
 
