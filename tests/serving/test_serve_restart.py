@@ -43,6 +43,8 @@ def _start(wan: Path, state: Path, port: int, log: Path) -> subprocess.Popen[byt
         str(state),
         "--max-batch",
         "1",
+        "--max-steps",  # the default limit (200) would refuse the long-running job
+        "1000",
         "--warmup-request",
         WARMUP,
         "--log-level",

@@ -37,34 +37,50 @@ SHARED_FIELDS: frozenset[str] = RESERVED_FIELDS - {"extras", "request_id"}
 class RequestLimits:
     """What one request may cost on this server (``omni serve --max-steps/...``); None: no limit.
 
-    Checked after the pipeline's defaults are filled in, so a request that leaves the size to
-    the model is held to the same limit as one that names it.
+    Checked after the pipeline's defaults are filled in, so a request that leaves the size (or
+    a size derived from an input image) to the model is held to the same limits as one that
+    names it. Every refusal is an InvalidRequestError naming the field and the limit.
     """
 
     max_steps: int | None = None
     max_pixels: int | None = None
     max_frames: int | None = None
+    #: Most images (``num_outputs``, ``n`` over HTTP) one request may ask for.
+    max_outputs: int | None = None
+    #: Longest side over shortest side (a 2x4096 input image must not become a 32x46336 output).
+    max_aspect_ratio: float | None = None
 
     def check(self, request: GenerationRequest) -> None:
         steps = request.num_inference_steps
         if self.max_steps is not None and steps is not None and steps > self.max_steps:
-            raise InvalidRequestError(
-                f"num_inference_steps: {steps} is above this server's limit of {self.max_steps}",
-                param="num_inference_steps",
-            )
-        if self.max_pixels is not None and request.width and request.height:
-            if request.width * request.height > self.max_pixels:
-                raise InvalidRequestError(
-                    f"size: {request.width}x{request.height} is above this server's limit of "
-                    f"{self.max_pixels} pixels",
-                    param="size",
+            _over("num_inference_steps", steps, self.max_steps, "--max-steps")
+        width, height = request.width, request.height
+        if self.max_pixels is not None and width and height and width * height > self.max_pixels:
+            _over("size", f"{width}x{height}", f"{self.max_pixels} pixels", "--max-pixels")
+        if self.max_aspect_ratio is not None and width and height:
+            ratio = max(width, height) / min(width, height)
+            if ratio > self.max_aspect_ratio:
+                _over(
+                    "size",
+                    f"{width}x{height} (aspect ratio {ratio:.3g})",
+                    f"an aspect ratio of {self.max_aspect_ratio:g}",
+                    "--max-aspect-ratio",
                 )
         frames = request.num_frames
         if self.max_frames is not None and frames is not None and frames > self.max_frames:
-            raise InvalidRequestError(
-                f"num_frames: {frames} is above this server's limit of {self.max_frames}",
-                param="num_frames",
-            )
+            _over("num_frames", frames, self.max_frames, "--max-frames")
+        outputs = request.num_outputs
+        if self.max_outputs is not None and outputs is not None and outputs > self.max_outputs:
+            _over("num_outputs", outputs, self.max_outputs, "--max-outputs", alias="n")
+
+
+def _over(param: str, value: Any, limit: Any, flag: str, alias: str | None = None) -> None:
+    name = f"{param} ({alias})" if alias else param
+    raise InvalidRequestError(
+        f"{name}: {value} is above this server's limit of {limit} ({flag})",
+        param=alias or param,
+        code="limit_exceeded",
+    )
 
 
 def split_keywords(kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

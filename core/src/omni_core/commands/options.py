@@ -109,6 +109,37 @@ def check_load_options(
     )
 
 
+def check_option_keys(options: dict[str, Any]) -> None:
+    """Refuse ``--option`` keys that can only be mistakes, naming the key (ConfigError, exit 2):
+    a near miss of one of ``Omni(...)``'s own keywords (``quantisation`` for ``quantization``:
+    it would load unquantised without a word) and ``trust_remote_code`` (never honoured).
+
+    The keywords come from the loader's signature, not a list here. Other keys go to the
+    pipeline as ``options.extra``; which of those a pipeline reads is not declared yet.
+    """
+    import difflib
+    import inspect
+
+    from omni_core.api import Omni
+    from omni_core.errors import ConfigError
+
+    own = [p for p in inspect.signature(Omni.__init__).parameters if p not in ("self", "model")]
+    own += ["compile"]  # read by omni_core.acceleration from options.extra
+    for key in options:
+        if key == "trust_remote_code":
+            raise ConfigError(
+                f"--option {key}: omni never runs code shipped with a checkpoint; remove it"
+            )
+        if key in own:
+            continue
+        close = difflib.get_close_matches(key, own, n=1, cutoff=0.8)
+        if close:
+            raise ConfigError(
+                f"--option {key}: unknown option; did you mean {close[0]!r}? (as typed it "
+                "would be passed on and ignored)"
+            )
+
+
 def parse_extras(items: tuple[str, ...]) -> dict[str, Any]:
     """``key=value`` pairs; values parsed as JSON when possible (``3``, ``true``, ``[1,2]``)."""
     return key_values(items, "--extra")
@@ -126,5 +157,3 @@ def key_values(items: tuple[str, ...], hint: str) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[key] = raw
     return out
-
-

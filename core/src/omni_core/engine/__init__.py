@@ -25,8 +25,10 @@ from omni_core.engine.job import (
     QueueFullError,
     RequestCancelledError,
     RequestFailedError,
+    RequestOutOfMemoryError,
     RequestTimeoutError,
     describe_failure,
+    failure_error,
 )
 from omni_core.engine.worker import Engine
 from omni_core.pipelines.base import (
@@ -62,7 +64,9 @@ __all__ = [
     "QueueFullError",
     "RequestCancelledError",
     "RequestFailedError",
+    "RequestOutOfMemoryError",
     "RequestTimeoutError",
     "describe_failure",
+    "failure_error",
     "run_direct",
 ]

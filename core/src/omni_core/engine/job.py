@@ -50,6 +50,30 @@ class RequestFailedError(EngineError):
     code = "generation_failed"
 
 
+class RequestOutOfMemoryError(RequestFailedError):
+    """This request ran out of host or device memory; it failed alone (the server answers 503:
+    retry smaller, or lower the server's ``--max-pixels``/``--max-frames``/``--max-batch``)."""
+
+    code = "out_of_memory"
+
+
+def failure_error(exc: BaseException, batch: int = 1) -> RequestFailedError:
+    """The error a request fails with when its pipeline raised ``exc`` (out of memory apart)."""
+    message = describe_failure(exc, batch)
+    if _out_of_memory(exc):
+        return RequestOutOfMemoryError(message)
+    return RequestFailedError(message)
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return (
+        isinstance(exc, MemoryError)
+        or "OutOfMemory" in type(exc).__name__
+        or ("out of memory" in text)
+    )
+
+
 class EngineObserver(Protocol):
     """Where the engine reports what it does (the server's Prometheus metrics)."""
 
@@ -118,10 +142,10 @@ def describe_failure(exc: BaseException, batch: int = 1) -> str:
     """A one-line, user-facing reason for an exception raised by a pipeline."""
     name = type(exc).__name__
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else name
-    if "OutOfMemory" in name or "out of memory" in text.lower():
+    if _out_of_memory(exc):
         where = f" (in a batch of {batch})" if batch > 1 else ""
         return (
-            f"out of device memory while generating{where}: {text[:300]}; retry with a smaller "
+            f"out of memory while generating{where}: {text[:300]}; retry with a smaller "
             "size, fewer frames or fewer concurrent requests"
         )
     return f"{name}: {text[:500]}"

@@ -19,9 +19,9 @@ from omni_core.engine.job import (
     NullObserver,
     QueueFullError,
     RequestCancelledError,
-    RequestFailedError,
     RequestTimeoutError,
     describe_failure,
+    failure_error,
 )
 from omni_core.errors import InvalidRequestError
 from omni_core.pipelines.base import (
@@ -190,7 +190,7 @@ class Engine:
                 except Exception as exc:  # pragma: no cover - a bug in the loop itself
                     log.exception("engine %s: loop error", self.name)
                     for r in list(self._running):
-                        self._fail(r, RequestFailedError(describe_failure(exc)))
+                        self._fail(r, failure_error(exc))
         self.observer.running(self.name, 0)
 
     def _admit(self, job: Job) -> None:
@@ -225,7 +225,7 @@ class Engine:
             return
         except Exception as exc:  # noqa: BLE001 - one request fails, the server keeps serving
             self._log_failure(job, exc)
-            self._finish_error(job, RequestFailedError(describe_failure(exc)))
+            self._finish_error(job, failure_error(exc))
             return
         with self._cond:
             self._running.append(entry)
@@ -273,7 +273,7 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - one request fails, the server keeps serving
             for entry in batch:
                 self._log_failure(entry.job, exc)
-                self._fail(entry, RequestFailedError(describe_failure(exc, len(batch))))
+                self._fail(entry, failure_error(exc, len(batch)))
             return
         self.observer.batch(self.name, len(states), time.perf_counter() - t0)
         for entry in batch:
@@ -292,7 +292,7 @@ class Engine:
             result = self.pipeline.decode(entry.state)
         except Exception as exc:  # noqa: BLE001 - one request fails, the server keeps serving
             self._log_failure(job, exc)
-            self._fail(entry, RequestFailedError(describe_failure(exc)))
+            self._fail(entry, failure_error(exc))
             return
         result.timings["decode_s"] = time.perf_counter() - t0
         result.timings["steps"] = float(entry.state.num_steps)
@@ -311,7 +311,7 @@ class Engine:
             return
         except Exception as exc:  # noqa: BLE001 - one request fails, the server keeps serving
             self._log_failure(job, exc)
-            self._fail(entry, RequestFailedError(describe_failure(exc)))
+            self._fail(entry, failure_error(exc))
             return
         if entry.first_chunk_s is None and job.started_at is not None:
             entry.first_chunk_s = time.monotonic() - job.started_at
@@ -349,6 +349,7 @@ class Engine:
         with self._cond:
             if entry in self._running:
                 self._running.remove(entry)
+            self.observer.running(self.name, len(self._running))  # never stuck at the last value
         if entry.stream is not None:
             close = getattr(entry.stream, "close", None)
             if close is not None:

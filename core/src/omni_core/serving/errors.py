@@ -7,6 +7,7 @@ The body is always ``{"error": {"message", "type", "param", "code"}}``. Validati
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import Any
 
@@ -21,6 +22,7 @@ from omni_core.engine import (
     QueueFullError,
     RequestCancelledError,
     RequestFailedError,
+    RequestOutOfMemoryError,
     RequestTimeoutError,
 )
 from omni_core.errors import InvalidRequestError, OmniError
@@ -115,16 +117,52 @@ def from_exception(exc: BaseException) -> APIError:
         return APIError(409, str(exc), code=exc.code)
     if isinstance(exc, RequestTimeoutError):
         return APIError(504, str(exc), type="server_error", code=exc.code)
+    if isinstance(exc, RequestOutOfMemoryError | MemoryError):
+        return APIError(
+            503,
+            f"{exc or 'out of memory'}; this request failed alone, the server keeps serving "
+            "(limits: sdk-docs operations page, --max-pixels/--max-frames/--max-batch)",
+            type="server_error",
+            code="out_of_memory",
+            headers={"Retry-After": "5"},
+        )
     if isinstance(exc, RequestFailedError):
         return APIError(500, f"generation failed: {exc}", type="server_error", code=exc.code)
     if isinstance(exc, OmniError):
         return APIError(400, str(exc), code=type(exc).__name__)
+    if isinstance(exc, OSError):
+        return storage_error(exc)
     log.error("unexpected error", exc_info=exc)
     return APIError(
         500,
         f"internal error: {type(exc).__name__}: {exc}",
         type="server_error",
         code="internal_error",
+    )
+
+
+#: errno values that mean "the disk is full" (507) rather than "not writable" (503).
+_FULL = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG})
+
+
+def storage_error(exc: OSError) -> APIError:
+    """A failure to read or write the state dir: 507 when full, else 503, and never the path
+    (``strerror`` only: server paths are not the client's business)."""
+    reason = exc.strerror or type(exc).__name__
+    log.error("storage error", exc_info=exc)
+    if exc.errno in _FULL:
+        return APIError(
+            507,
+            f"the server's storage is full ({reason}); retry later",
+            type="server_error",
+            code="insufficient_storage",
+        )
+    return APIError(
+        503,
+        f"the server cannot write its files ({reason}); retry later",
+        type="server_error",
+        code="storage_unavailable",
+        headers={"Retry-After": "30"},
     )
 
 
@@ -162,3 +200,37 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _any(_: Request, exc: Exception) -> JSONResponse:
         return from_exception(exc).response()
+
+    app.add_middleware(CatchAllMiddleware)
+
+
+class CatchAllMiddleware:
+    """Answers an exception no route handled with its JSON error and does not re-raise it.
+
+    Starlette's own last-resort handler sends the 500 and then re-raises, and uvicorn closes the
+    connection: the client's next request on that keep-alive connection fails. Here the error is
+    logged and answered, and the connection stays usable. An exception after the response
+    started cannot be answered any more: it propagates (the connection must close then).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if started:
+                raise
+            await from_exception(exc).response()(scope, receive, send)

@@ -54,21 +54,89 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+#: Deepest nesting of a JSON body (objects and arrays); real bodies use 3 or 4 levels.
+MAX_JSON_DEPTH = 32
+#: Most digits of an integer in a JSON body (``seed`` < 2**63 has 19).
+MAX_INT_DIGITS = 40
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise APIError(
+            400,
+            f"malformed JSON body: an integer of {len(text)} digits (at most {MAX_INT_DIGITS})",
+            code="invalid_json",
+        )
+    return int(text)
+
+
+def _no_constant(name: str) -> Any:
+    raise APIError(400, f"malformed JSON body: {name} is not JSON", code="invalid_json")
+
+
+def check_json_content_type(request: Request) -> None:
+    """JSON routes take ``application/json`` only: a ``text/plain`` or form POST is what a web
+    page can send cross-origin without a preflight, so it is refused (415), never parsed."""
+    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if ctype == "application/json" or (
+        ctype.startswith("application/") and ctype.endswith("+json")
+    ):
+        return
+    raise APIError(
+        415,
+        f"expected Content-Type: application/json, got {ctype or 'none'}",
+        code="unsupported_media_type",
+    )
+
+
+def check_text(value: Any, param: str | None = None) -> None:
+    """Refuse NUL characters anywhere in a body (no model or file format takes them) and
+    nesting deeper than :data:`MAX_JSON_DEPTH`; iterative, so no input can recurse."""
+    stack: list[tuple[Any, str | None, int]] = [(value, param, 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise APIError(
+                400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels", code="invalid_json"
+            )
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise invalid(f"{where or 'body'}: NUL characters are not allowed", where)
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                stack.append((key, where, depth + 1))
+                stack.append((sub, where or str(key), depth + 1))
+        elif isinstance(item, list):
+            stack.extend((sub, where, depth + 1) for sub in item)
+
+
 async def read_json(request: Request, config: ServerConfig) -> dict[str, Any]:
+    """The JSON object of the body: strict Content-Type, bounded size, depth and numbers."""
+    check_json_content_type(request)
     body = await read_body(request, config.max_body_bytes)
     try:
-        data = json.loads(body)
+        data = json.loads(body, parse_int=_parse_int, parse_constant=_no_constant)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"malformed JSON body: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise APIError(
+            400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels", code="invalid_json"
+        ) from None
+    except ValueError as exc:  # e.g. Python's own int-size guard
         raise APIError(400, f"malformed JSON body: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "the JSON body must be an object", code="invalid_json")
+    check_text(data)
     return data
 
 
-async def read_form(request: Request, config: ServerConfig) -> FormData:
+async def read_form(request: Request, config: ServerConfig, *, images: bool = True) -> FormData:
+    """The multipart (or urlencoded) form, bounded in size and file count; with ``images``
+    (every file part of this API is an image) each file's header is checked before anything is
+    decoded: png, jpeg or webp only, and at most ``max_upload_pixels`` decoded pixels in all."""
     _too_large(request, config.max_body_bytes)
     try:
-        return await request.form(
+        form = await request.form(
             max_files=config.max_images,
             max_fields=200,
             max_part_size=config.max_upload_bytes,
@@ -83,6 +151,60 @@ async def read_form(request: Request, config: ServerConfig) -> FormData:
         ) from None
     except (AssertionError, ValueError, UnicodeDecodeError) as exc:
         raise APIError(400, f"invalid multipart body: {exc}", code="invalid_multipart") from None
+    if images:
+        try:
+            await asyncio.to_thread(_check_image_headers, form, config)
+        except APIError:
+            await form.close()
+            raise
+    return form
+
+
+#: The image formats uploads may use (what the error messages promise).
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP")
+
+
+def image_header(data: Any, param: str) -> tuple[int, int]:
+    """``(width, height)`` of an image from its header alone (Pillow's lazy open: nothing is
+    decoded); anything but png, jpeg or webp is a 400 naming ``param``."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(data, formats=IMAGE_FORMATS) as img:
+            return img.size
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        raise invalid(
+            f"{param}: the file is not a readable image (png, jpeg or webp)",
+            param,
+            code="invalid_image",
+        ) from None
+
+
+def _check_image_headers(form: FormData, config: ServerConfig) -> None:
+    uploads = [(k, v) for k, v in form.multi_items() if isinstance(v, UploadFile)]
+    total = 0
+    max_pixels = config.max_upload_pixels
+    for i, (key, upload) in enumerate(uploads):
+        base = key.removesuffix("[]")
+        param = base if len(uploads) == 1 else f"{base}[{i}]"
+        if upload.size is not None and upload.size > config.max_upload_bytes:
+            continue  # too large: upload_bytes answers 413 naming the limit
+        upload.file.seek(0)
+        if not upload.file.read(1):
+            upload.file.seek(0)
+            continue  # empty: the decoder names it
+        upload.file.seek(0)
+        width, height = image_header(upload.file, param)
+        upload.file.seek(0)
+        total += width * height
+        if total > max_pixels:
+            raise APIError(
+                413,
+                f"{param}: the uploaded images decode to {total} pixels, above this server's "
+                f"limit of {max_pixels} (--max-upload-pixels); send smaller images",
+                param=param,
+                code="image_too_large",
+            )
 
 
 async def upload_bytes(upload: UploadFile, param: str, config: ServerConfig) -> bytes:
@@ -125,6 +247,7 @@ def form_fields(form: FormData, skip: Iterable[str] = ()) -> dict[str, Any]:
             continue
         if key in fields:
             raise invalid(f"{key}: given more than once", key, code="duplicate_parameter")
+        check_text(value, key)
         fields[key] = value
     return fields
 

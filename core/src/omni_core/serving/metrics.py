@@ -94,6 +94,20 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+#: The methods that get their own label; any other (a made-up method) is ``other``, so junk
+#: requests cannot grow the number of series.
+METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+
+
+def endpoint_label(scope: dict[str, Any]) -> str:
+    """``"METHOD /route/{template}"``: a fixed method set and route templates, never raw paths
+    (an unmatched path is ``other``)."""
+    method = scope.get("method", "")
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return f"{method if method in METHODS else 'other'} {path if path else 'other'}"
+
+
 class MetricsMiddleware:
     """Per-route latency and status counts (route templates as labels, never raw paths); also
     echoes the request id a route chose as ``x-request-id``."""
@@ -119,8 +133,7 @@ class MetricsMiddleware:
                         "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())],
                     }
             elif message["type"] == "http.response.body" and not message.get("more_body"):
-                route = scope.get("route")
-                endpoint = f"{scope['method']} {getattr(route, 'path', 'other')}"
+                endpoint = endpoint_label(scope)
                 self.metrics.observe_request(endpoint, status[0], time.perf_counter() - t0)
             await send(message)
 

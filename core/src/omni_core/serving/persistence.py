@@ -8,6 +8,7 @@ never started are kept and run again after a restart (their request and input im
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -82,10 +83,12 @@ class JobStore:
         self.images = self.root / "images"
         for folder in (self.root, self.videos, self.inputs, self.images):
             folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o700)  # prompts and outputs are the clients' business, no one else's
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            self.root / "jobs.sqlite3", check_same_thread=False, isolation_level=None
-        )
+        db = self.root / "jobs.sqlite3"
+        os.close(os.open(db, os.O_CREAT | os.O_WRONLY, 0o600))
+        db.chmod(0o600)  # SQLite gives its -wal and -shm files the same mode
+        self._db = sqlite3.connect(db, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
