@@ -119,7 +119,7 @@ def test_serve_images_generate_b64_and_url(live_server, openai_client, http) -> 
         extra_body={"num_inference_steps": 2},
     )
     url = by_url.data[0].url
-    assert url and url.startswith("/v1/images/files/")
+    assert url and url.startswith(f"{live_server.url}/v1/images/files/")  # absolute (issue 14)
     content = http.get(url)
     assert content.status_code == 200 and content.headers["content-type"] == "image/png"
     assert Image.open(io.BytesIO(content.content)).size == (32, 32)

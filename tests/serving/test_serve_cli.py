@@ -27,6 +27,7 @@ def _run(*args: str) -> object:
         (["serve", "a", "a"], "unique"),
         (["serve", "m", "--warmup-request", "[1]"], "JSON object"),
         (["serve", "m", "--option", "novalue"], "KEY=VALUE"),
+        (["serve", "m", "--public-url", "ftp://example.com"], "public_url"),
         (["bench", "serve"], "--task"),
         (["bench", "serve", "--task", "t2i", "--request-rate", "0"], "> 0"),
         (["bench", "serve", "--task", "t2i", "--request-rate", "fast"], "not a number"),

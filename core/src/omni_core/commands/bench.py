@@ -70,7 +70,12 @@ def _extra(value: str | None) -> dict[str, Any]:
 @click.option(
     "--base-url", default="http://127.0.0.1:8000", show_default=True, help="The server to load."
 )
-@click.option("--task", type=click.Choice(["t2i", "i2i", "t2v", "tts"]), required=True)
+@click.option(
+    "--task",
+    type=click.Choice(["t2i", "i2i", "t2v", "tts", "chat-t2i", "chat-i2i"]),
+    required=True,
+    help="chat-t2i / chat-i2i drive POST /v1/chat/completions (vLLM-Omni's image path).",
+)
 @click.option("--model", default=None, help="Model id (default: the first that fits --task).")
 @click.option("--num-prompts", default=32, show_default=True, type=click.IntRange(1, 1_000_000))
 @click.option("--max-concurrency", default=8, show_default=True, type=click.IntRange(1, 10_000))

@@ -13,8 +13,20 @@ from omni_core.commands.options import (
     acceleration_kwargs,
     acceleration_options,
     check_load_options,
+    check_option_keys,
 )
 from omni_core.errors import OmniError
+from omni_core.serving.config import (
+    DEFAULT_KEEP_ALIVE_S,
+    DEFAULT_MAX_ASPECT_RATIO,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_FRAMES,
+    DEFAULT_MAX_OUTPUTS,
+    DEFAULT_MAX_PIXELS,
+    DEFAULT_MAX_STEPS,
+    DEFAULT_MAX_UPLOAD_PIXELS,
+    DEFAULT_REQUEST_TIMEOUT_S,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.serving import ServerConfig
@@ -75,6 +87,7 @@ def _preflight(config: ServerConfig) -> None:
     from omni_core.plugins import get_registry
 
     check_load_options(config.device, config.dtype, config.attention_backend)
+    check_option_keys(config.options)
     registry = get_registry()
     for source in config.models:
         locate_model(source.path, source.pipeline, registry=registry)
@@ -123,9 +136,10 @@ def _preflight(config: ServerConfig) -> None:
 )
 @click.option(
     "--request-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Seconds a request may take (queue included) before it fails.",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_REQUEST_TIMEOUT_S,
+    show_default=True,
+    help="Seconds a request may take (queue included); checked between steps (504). 0: none.",
 )
 @click.option("--device", default=None, help="torch device, e.g. cuda:0 (default: platform's).")
 @click.option("--dtype", default=None, help="bfloat16 | float16 | float32.")
@@ -169,21 +183,66 @@ def _preflight(config: ServerConfig) -> None:
 )
 @click.option(
     "--max-steps",
-    type=click.IntRange(1),
-    default=None,
-    help="Reject requests with more denoising steps (400).",
+    type=click.IntRange(0),
+    default=DEFAULT_MAX_STEPS,
+    show_default=True,
+    help="Reject requests with more denoising steps (400). 0: no limit (likewise below).",
 )
 @click.option(
     "--max-pixels",
-    type=click.IntRange(1),
-    default=None,
+    type=click.IntRange(0),
+    default=DEFAULT_MAX_PIXELS,
+    show_default=True,
     help="Reject images/videos larger than this many pixels per frame (400).",
 )
 @click.option(
     "--max-frames",
-    type=click.IntRange(1),
-    default=None,
+    type=click.IntRange(0),
+    default=DEFAULT_MAX_FRAMES,
+    show_default=True,
     help="Reject videos with more frames (400).",
+)
+@click.option(
+    "--max-outputs",
+    type=click.IntRange(0),
+    default=DEFAULT_MAX_OUTPUTS,
+    show_default=True,
+    help="Reject requests for more images at once (n; 400).",
+)
+@click.option(
+    "--max-aspect-ratio",
+    type=click.FloatRange(0),
+    default=DEFAULT_MAX_ASPECT_RATIO,
+    show_default=True,
+    help="Reject sizes whose long side exceeds the short side this many times (400).",
+)
+@click.option(
+    "--max-upload-pixels",
+    type=click.IntRange(1),
+    default=DEFAULT_MAX_UPLOAD_PIXELS,
+    show_default=True,
+    help="Decoded pixels of all uploaded images of a request, read from their headers (413).",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1),
+    default=DEFAULT_MAX_CONNECTIONS,
+    show_default=True,
+    help="Open connections (and requests) at once; more get 503 at once.",
+)
+@click.option(
+    "--keep-alive-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_KEEP_ALIVE_S,
+    show_default=True,
+    help="Seconds an idle keep-alive connection is kept open.",
+)
+@click.option(
+    "--public-url",
+    default=None,
+    metavar="URL",
+    help="Base of the absolute `url`s in image responses (e.g. https://omni.example.com when "
+    "behind a proxy); default: the URL the request came in on.",
 )
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up request of each model.")
 @click.option(
@@ -208,7 +267,7 @@ def serve(
     state_dir: Path | None,
     max_batch: int,
     max_queue: int,
-    request_timeout: float | None,
+    request_timeout: float,
     device: str | None,
     dtype: str | None,
     attention_backend: str | None,
@@ -221,9 +280,15 @@ def serve(
     compile_: bool | None,
     max_upload_mb: float,
     allowed_url_hosts: str,
-    max_steps: int | None,
-    max_pixels: int | None,
-    max_frames: int | None,
+    max_steps: int,
+    max_pixels: int,
+    max_frames: int,
+    max_outputs: int,
+    max_aspect_ratio: float,
+    max_upload_pixels: int,
+    max_connections: int,
+    keep_alive_timeout: float,
+    public_url: str | None,
     no_warmup: bool,
     warmup_request: str | None,
     log_level: str,
@@ -281,7 +346,7 @@ def serve(
             api_key=api_key or None,
             max_batch=max_batch,
             max_queue=max_queue,
-            request_timeout_s=request_timeout,
+            request_timeout_s=request_timeout or None,
             device=device,
             dtype=dtype,
             attention_backend=attention_backend,
@@ -291,9 +356,15 @@ def serve(
             allowed_url_hosts=hosts,
             warmup=not no_warmup,
             warmup_request=warmup_fields,
-            max_steps=max_steps,
-            max_pixels=max_pixels,
-            max_frames=max_frames,
+            max_steps=max_steps or None,
+            max_pixels=max_pixels or None,
+            max_frames=max_frames or None,
+            max_outputs=max_outputs or None,
+            max_aspect_ratio=max_aspect_ratio or None,
+            max_upload_pixels=max_upload_pixels,
+            max_connections=max_connections,
+            keep_alive_s=keep_alive_timeout,
+            public_url=public_url,
             options=options,
             **({"state_dir": state_dir} if state_dir is not None else {}),
         )
@@ -316,4 +387,6 @@ def serve(
         port=port,
         log_level=log_level,
         timeout_graceful_shutdown=int(config.shutdown_grace_s) + 5,
+        timeout_keep_alive=config.keep_alive_s,
+        limit_concurrency=config.max_connections,
     )

@@ -8,7 +8,9 @@ This module only assembles the app; the parts live by job:
 - :mod:`~omni_core.serving.jobs` — the video-job state machine (persisted, resumed on restart)
 - :mod:`~omni_core.serving.http` — reading bodies, forms and uploads with limits
 - :mod:`~omni_core.serving.openapi` — the documented bodies of hand-parsed routes
-- :mod:`~omni_core.serving.routes` — one module per resource: images, videos, speech, system
+- :mod:`~omni_core.serving.routes` — one module per resource: images, videos, speech, chat,
+  system
+- :mod:`~omni_core.serving.compat` — other servers' request fields mapped onto omni's
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from omni_core.serving.config import ModelSource, ServerConfig
 from omni_core.serving.errors import APIError, install_handlers
 from omni_core.serving.metrics import MetricsMiddleware
-from omni_core.serving.routes import images, speech, system, videos
+from omni_core.serving.routes import chat, images, speech, system, videos
 from omni_core.serving.state import ServerState
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,7 +74,7 @@ def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = N
             )
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_key)])
-    for routes in (images, videos, speech, system):
+    for routes in (images, videos, speech, chat, system):
         routes.add_routes(v1, state)
     app.include_router(v1)
     system.add_open_routes(app, state)

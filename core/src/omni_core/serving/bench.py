@@ -9,6 +9,7 @@ byte and the real-time factor. A 429 counts as "rejected", not as a failure of t
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import math
@@ -19,7 +20,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-Task = Literal["t2i", "i2i", "t2v", "tts"]
+Task = Literal["t2i", "i2i", "t2v", "tts", "chat-t2i", "chat-i2i"]
+#: The modality each task needs; chat-* drive /v1/chat/completions (vLLM-Omni's image path).
+MODALITY = {
+    "t2i": "image",
+    "i2i": "image",
+    "chat-t2i": "image",
+    "chat-i2i": "image",
+    "t2v": "video",
+    "tts": "speech",
+}
 
 _SUBJECTS = [
     "a red fox",
@@ -121,7 +131,7 @@ class BenchRunner:
     def __init__(self, config: BenchConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
-        self.image = _input_png(config.size) if config.task == "i2i" else b""
+        self.image = _input_png(config.size) if config.task.endswith("i2i") else b""
 
     def _prompt(self, i: int) -> str:
         if self.config.task == "tts":
@@ -140,16 +150,27 @@ class BenchRunner:
         body.update(c.extra)
         return body
 
+    def _chat(self, i: int) -> dict[str, Any]:
+        """A chat body as vLLM-Omni's clients send it: knobs in a nested ``extra_body``."""
+        knobs = {k: v for k, v in self._fields(i).items() if k != "model" and v is not None}
+        content: list[dict[str, Any]] = [{"type": "text", "text": self._prompt(i)}]
+        if self.config.task == "chat-i2i":
+            url = "data:image/png;base64," + base64.b64encode(self.image).decode()
+            content.append({"type": "image_url", "image_url": {"url": url}})
+        return {
+            "model": self.config.model,
+            "messages": [{"role": "user", "content": content}],
+            "extra_body": knobs,
+        }
+
     async def pick_model(self, client: Any) -> str:
         response = await client.get("/v1/models")
         response.raise_for_status()
         models = response.json()["data"]
-        modality = {"t2i": "image", "i2i": "image", "t2v": "video", "tts": "speech"}[
-            self.config.task
-        ]
+        modality = MODALITY[self.config.task]
         for m in models:
             if m.get("modality") == modality and (
-                self.config.task != "i2i" or "i2i" in m.get("tasks", [])
+                not self.config.task.endswith("i2i") or "i2i" in m.get("tasks", [])
             ):
                 return str(m["id"])
         raise RuntimeError(
@@ -174,6 +195,9 @@ class BenchRunner:
                     files={"image": ("in.png", self.image, "image/png")},
                 )
                 record.http_status = response.status_code
+            elif c.task in ("chat-t2i", "chat-i2i"):
+                response = await client.post("/v1/chat/completions", json=self._chat(i))
+                record.http_status = response.status_code
             elif c.task == "t2v":
                 body = {**self._fields(i), "prompt": self._prompt(i)}
                 response = await client.post("/v1/videos", json=body)
@@ -187,6 +211,7 @@ class BenchRunner:
                     "input": self._prompt(i),
                     "response_format": "pcm",
                     "stream": True,
+                    "stream_format": "audio",
                     **c.extra,
                 }
                 async with client.stream("POST", "/v1/audio/speech", json=body) as response:

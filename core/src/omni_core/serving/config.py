@@ -9,6 +9,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from omni_core.requests import RequestLimits
 
+#: The defaults of the cost limits (``omni serve --max-*``): the standard sizes of real models
+#: pass (Qwen-Image 1328x1328 up to 2048x2048, Wan 81-241 frames at 50 steps).
+DEFAULT_MAX_PIXELS = 2048 * 2048
+DEFAULT_MAX_STEPS = 200
+DEFAULT_MAX_FRAMES = 241
+DEFAULT_MAX_OUTPUTS = 4
+DEFAULT_MAX_ASPECT_RATIO = 8.0
+DEFAULT_MAX_UPLOAD_PIXELS = 4 * 4096 * 4096
+DEFAULT_REQUEST_TIMEOUT_S = 1800.0
+#: Connections uvicorn holds at once (more get 503 at once) and idle keep-alive seconds.
+DEFAULT_MAX_CONNECTIONS = 1024
+DEFAULT_KEEP_ALIVE_S = 5.0
+
 
 class ModelSource(BaseModel):
     """A model to serve: its public id and where it loads from."""
@@ -40,16 +53,30 @@ class ServerConfig(BaseModel):
     ulysses_degree: int = Field(1, ge=1)
     max_upload_mb: float = Field(20.0, gt=0)
     max_images: int = Field(8, ge=1, le=64)
+    #: Decoded pixels of all uploaded images of one request, read from their headers before
+    #: anything is decoded (a 1 MB PNG can decode to gigabytes).
+    max_upload_pixels: int = Field(DEFAULT_MAX_UPLOAD_PIXELS, ge=1)
     allowed_url_hosts: tuple[str, ...] = ()
-    request_timeout_s: float | None = Field(None, gt=0)
+    #: Base of the absolute ``url``s in image responses (``--public-url``, e.g. behind a proxy);
+    #: None: the base URL the request came in on.
+    public_url: str | None = Field(None, max_length=2000, pattern=r"^https?://")
+    #: Seconds a request may take, queue included; checked between denoising steps (or speech
+    #: chunks), so a request past it stops at the next step and fails alone (504).
+    request_timeout_s: float | None = Field(DEFAULT_REQUEST_TIMEOUT_S, gt=0)
     #: Operator limits on what one request may cost (checked after the pipeline's defaults).
-    max_steps: int | None = Field(None, ge=1)
-    max_pixels: int | None = Field(None, ge=1)
-    max_frames: int | None = Field(None, ge=1)
+    #: Finite by default (sdk-docs/docs/operations.md): a model's standard sizes pass.
+    max_steps: int | None = Field(DEFAULT_MAX_STEPS, ge=1)
+    max_pixels: int | None = Field(DEFAULT_MAX_PIXELS, ge=1)
+    max_frames: int | None = Field(DEFAULT_MAX_FRAMES, ge=1)
+    max_outputs: int | None = Field(DEFAULT_MAX_OUTPUTS, ge=1)
+    max_aspect_ratio: float | None = Field(DEFAULT_MAX_ASPECT_RATIO, ge=1)
     warmup: bool = True
     #: Shared request fields of the warm-up of image and video models (e.g. a small size).
     warmup_request: dict[str, Any] = Field(default_factory=dict)
     shutdown_grace_s: float = Field(30.0, ge=0)
+    #: uvicorn's connection cap (``limit_concurrency``) and idle keep-alive timeout.
+    max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, ge=1)
+    keep_alive_s: float = Field(DEFAULT_KEEP_ALIVE_S, gt=0)
     #: Extra loading options passed to every pipeline (e.g. ``text_encoder_device``).
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -65,7 +92,11 @@ class ServerConfig(BaseModel):
     @property
     def limits(self) -> RequestLimits:
         return RequestLimits(
-            max_steps=self.max_steps, max_pixels=self.max_pixels, max_frames=self.max_frames
+            max_steps=self.max_steps,
+            max_pixels=self.max_pixels,
+            max_frames=self.max_frames,
+            max_outputs=self.max_outputs,
+            max_aspect_ratio=self.max_aspect_ratio,
         )
 
     def load_options(self) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def decode_image(data: bytes, param: str = "image") -> Image.Image:
     if not data:
         raise invalid(f"{param}: the uploaded file is empty", param, code="invalid_image")
     try:
-        with Image.open(io.BytesIO(data)) as img:
+        with Image.open(io.BytesIO(data), formats=("PNG", "JPEG", "WEBP")) as img:
             width, height = img.size
             if width * height > MAX_IMAGE_PIXELS:
                 raise invalid(

@@ -65,12 +65,20 @@ class ImageGenerationBody(_DiffusionFields):
 
     n: int = Field(1, ge=1, le=10)
     response_format: Literal["b64_json", "url"] = "b64_json"
-    output_format: Literal["png", "jpeg", "webp"] = "png"
+    output_format: Literal["png", "jpeg", "webp"] = Field(
+        "png", description='"png", "jpeg" (or "jpg") or "webp".'
+    )
     quality: str | None = Field(None, description="Accepted for compatibility; ignored.")
     style: str | None = Field(None, description="Accepted for compatibility; ignored.")
     background: str | None = Field(None, description="Accepted for compatibility; ignored.")
     moderation: str | None = Field(None, description="Accepted for compatibility; ignored.")
     user: str | None = Field(None, description="Accepted for compatibility; ignored.")
+
+
+    @field_validator("output_format", mode="before")
+    @classmethod
+    def _jpg(cls, value: Any) -> Any:
+        return "jpeg" if isinstance(value, str) and value.lower() in ("jpg", "jpeg") else value
 
 
 class ImageEditBody(ImageGenerationBody):
@@ -103,7 +111,9 @@ class SpeechBody(_Body):
 
     input: str = Field(min_length=1, max_length=4096)
     voice: str | dict[str, Any] | None = None
-    response_format: Literal["wav", "pcm", "flac", "mp3"] = "mp3"
+    response_format: Literal["wav", "pcm", "flac", "mp3"] = Field(
+        "mp3", description="OpenAI's default, mp3; vLLM-Omni's is wav: send it to get wav."
+    )
     speed: float = Field(1.0, ge=0.25, le=4.0)
     stream: bool = False
     stream_format: Literal["sse", "audio"] | None = None
@@ -111,6 +121,12 @@ class SpeechBody(_Body):
         None, max_length=4096, description="Accepted for compatibility; ignored."
     )
     seed: int | None = Field(None, ge=0, lt=2**63)
+    sample_rate: int | None = Field(
+        None, ge=8000, le=192000, description="Resample the output to this rate (Hz)."
+    )
+    language: str | None = Field(
+        None, max_length=64, description="Honoured when the voice speaks it (or 'Auto')."
+    )
 
     @field_validator("input")
     @classmethod
@@ -124,3 +140,26 @@ class SpeechBody(_Body):
             value = self.voice.get("id")
             return str(value) if value is not None else None
         return self.voice
+
+
+class ChatBody(_Body):
+    """POST /v1/chat/completions for image models (the prompt and images come in
+    ``messages``); generation knobs top level or in ``extra_body`` (merged by compat)."""
+
+    messages: list[dict[str, Any]] = Field(min_length=1, max_length=64)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    n: int = Field(1, ge=1, le=10, description="Choices, each with its own image.")
+    num_outputs_per_prompt: int = Field(
+        1, ge=1, le=10, description="vLLM-Omni: images per choice."
+    )
+    modalities: list[str] | None = Field(
+        None, description='Output modalities; ["image"] is served (text/audio later).'
+    )
+    negative_prompt: str | None = Field(None, max_length=32_000)
+    size: str | None = Field(
+        None, max_length=16, pattern=r"^(\d{1,5}x\d{1,5}|auto)$", description='"WxH" or "auto".'
+    )
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    num_inference_steps: int | None = Field(None, ge=1, le=1000)
+    guidance_scale: float | None = Field(None, ge=0.0, le=100.0)

@@ -1,2 +1,3 @@
-"""The HTTP routes, one module per resource: images, videos, speech, and the system routes
-(models, health, metrics). Each module's ``add_routes(router, state)`` registers its routes."""
+"""The HTTP routes, one module per resource: images, videos, speech, chat (image models through
+OpenAI's chat API), and the system routes (models, health, metrics). Each module's
+``add_routes(router, state)`` registers its routes."""

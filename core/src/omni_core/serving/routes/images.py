@@ -1,20 +1,22 @@
-"""``/v1/images``: generations (JSON), edits (multipart with ``image`` files), and the files of
-``response_format=url`` answers."""
+"""``/v1/images``: generations (JSON), edits (multipart with ``image`` files, or image URLs),
+and the files of ``response_format=url`` answers (absolute URLs). Bodies pass through
+:func:`omni_core.serving.compat.translate` first (vLLM-Omni's field names)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, JSONResponse
 from starlette.datastructures import UploadFile
 
 from omni_core.engine import Job
-from omni_core.serving import media
+from omni_core.serving import compat, media
 from omni_core.serving.errors import APIError, invalid
 from omni_core.serving.http import (
     FORM_TYPES,
@@ -35,6 +37,38 @@ from omni_core.serving.state import ServerState
 
 #: The only file parts /v1/images/edits reads (OpenAI's clients send ``image`` or ``image[]``).
 IMAGE_KEYS = ("image", "image[]")
+#: Text fields of /v1/images/edits holding image URLs (vLLM-Omni's ``url``; repeatable).
+URL_KEYS = ("url", "url[]")
+
+
+def base_url(request: Request, public_url: str | None) -> str:
+    """Where this server is reached: ``--public-url``, else the request's own base URL."""
+    return (public_url or str(request.base_url)).rstrip("/")
+
+
+def _maybe_json(value: str) -> Any:
+    """A form field that may hold a JSON list of URLs (``url=["https://..."]``)."""
+    if value.startswith("["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _urls(value: Any, param: str) -> list[str]:
+    """A URL, a list of them, or ``{"image_url": URL}`` / ``{"url": URL}`` items -> URLs."""
+    items = value if isinstance(value, list) else [value]
+    urls = []
+    for item in items:
+        if isinstance(item, dict):
+            item = item.get("image_url", item.get("url"))
+            if isinstance(item, dict):
+                item = item.get("url")
+        if not isinstance(item, str) or not item:
+            raise invalid(f"{param}: expected an image URL or a list of them", param)
+        urls.append(item)
+    return urls
 
 
 def add_routes(router: APIRouter, state: ServerState) -> None:
@@ -42,7 +76,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
 
     async def respond(
         served: ServedModel, body: ImageGenerationBody, job: Job, http_request: Request
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         result = await await_job(served, job, http_request)
         images = list(result.images or [])
         fmt = body.output_format
@@ -53,15 +87,17 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 assert state.store is not None
                 name = f"{uuid.uuid4().hex}.{fmt}"
                 (state.store.images / name).write_bytes(blob)
-                data.append({"url": f"/v1/images/files/{name}"})
+                base = base_url(http_request, config.public_url)
+                data.append({"url": f"{base}/v1/images/files/{name}"})
             else:
                 data.append({"b64_json": media.b64(blob)})
-        return {
+        payload = {
             "created": int(time.time()),
             "data": data,
             "output_format": fmt,
             "usage": {"steps": int(result.timings.get("steps", 0))},
         }
+        return JSONResponse(payload, headers=compat.headers(http_request))
 
     @router.post(
         "/images/generations",
@@ -74,9 +110,11 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             model_ids=state.models,
         ),
     )
-    async def generations(request: Request) -> dict[str, Any]:
-        body = validate(ImageGenerationBody, await read_json(request, config))
-        served = pick(state.models, body.model, "image")
+    async def generations(request: Request) -> JSONResponse:
+        data = await read_json(request, config)
+        served = pick(state.models, compat.model_of(data), "image")
+        data = compat.translate("images.generations", data, request, served.pipeline)
+        body = validate(ImageGenerationBody, data)
         gen = state.build_request(
             served,
             {**diffusion_fields(body), "num_outputs": body.n},
@@ -97,51 +135,70 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             model_ids=state.models,
         ),
     )
-    async def edits(request: Request) -> dict[str, Any]:
+    async def edits(request: Request) -> JSONResponse:
         ctype = request.headers.get("content-type", "")
-        if not ctype.startswith(FORM_TYPES):
+        blobs: list[tuple[str, bytes]] = []
+        urls: list[str] = []
+        if ctype.startswith(FORM_TYPES):
+            form = await read_form(request, config)
+            try:
+                if "mask" in form:
+                    raise invalid(
+                        "mask: masks are not supported; describe the edit in the prompt",
+                        "mask",
+                        code="unsupported_parameter",
+                    )
+                form_files(form, IMAGE_KEYS)  # a file under any other key: 400 naming it
+                for key, value in form.multi_items():
+                    if key in URL_KEYS and isinstance(value, str):
+                        urls += _urls(_maybe_json(value), key)
+                fields = form_fields(form, skip=URL_KEYS)
+                for key in IMAGE_KEYS:
+                    if key in fields:
+                        raise invalid(f"{key}: expected a file upload, got a text field", key)
+                uploads = [
+                    v
+                    for k, v in form.multi_items()
+                    if k in IMAGE_KEYS and isinstance(v, UploadFile)
+                ]
+                for i, upload in enumerate(uploads):
+                    param = "image" if len(uploads) == 1 else f"image[{i}]"
+                    blobs.append((param, await upload_bytes(upload, param, config)))
+            finally:
+                await form.close()
+        else:
             raise APIError(
                 415,
-                "images/edits takes multipart/form-data with 'image' files",
+                "images/edits takes multipart/form-data with 'image' files or 'url' fields",
                 code="unsupported_media_type",
             )
-        form = await read_form(request, config)
-        try:
-            if "mask" in form:
-                raise invalid(
-                    "mask: masks are not supported; describe the edit in the prompt",
-                    "mask",
-                    code="unsupported_parameter",
-                )
-            form_files(form, IMAGE_KEYS)  # a file under any other key: 400 naming it
-            fields = form_fields(form)
-            for key in IMAGE_KEYS:
-                if key in fields:
-                    raise invalid(f"{key}: expected a file upload, got a text field", key)
-            body = validate(ImageEditBody, fields)
-            uploads = [
-                v for k, v in form.multi_items() if k in IMAGE_KEYS and isinstance(v, UploadFile)
-            ]
-            if not uploads:
-                raise APIError(
-                    400,
-                    "missing required parameter: image (one or more files)",
-                    param="image",
-                    code="missing_required_parameter",
-                )
-            served = pick(state.models, body.model, "image", task="i2i")
-            images = []
-            for i, upload in enumerate(uploads):
-                param = "image" if len(uploads) == 1 else f"image[{i}]"
-                data = await upload_bytes(upload, param, config)
-                images.append(await asyncio.to_thread(media.decode_image, data, param))
-        finally:
-            await form.close()
+        served = pick(state.models, compat.model_of(fields), "image", task="i2i")
+        fields = compat.translate("images.edits", fields, request, served.pipeline)
+        body = validate(ImageEditBody, fields)
+        if len(blobs) + len(urls) > config.max_images:
+            raise invalid(f"image: at most {config.max_images} images", "image")
+        for i, url in enumerate(urls):
+            param = "url" if len(urls) == 1 else f"url[{i}]"
+            fetched = await media.fetch_url(
+                url,
+                param=param,
+                allowed_hosts=state.allowed_hosts,
+                max_bytes=config.max_upload_bytes,
+            )
+            blobs.append((param, fetched))
+        if not blobs:
+            raise APIError(
+                400,
+                "missing required parameter: image (one or more files, or 'url')",
+                param="image",
+                code="missing_required_parameter",
+            )
+        images = [await asyncio.to_thread(media.decode_image, b, p) for p, b in blobs]
+        shared = {**diffusion_fields(body), "num_outputs": body.n, "images": images}
+        if body.size is None:  # vLLM-Omni's default: the input image's size
+            compat.default_size(served.pipeline, shared, body.extras(), images[0].size, request)
         gen = state.build_request(
-            served,
-            {**diffusion_fields(body), "num_outputs": body.n, "images": images},
-            extras=body.extras(),
-            request_id=request_id(request),
+            served, shared, extras=body.extras(), request_id=request_id(request)
         )
         job = state.submit(served, Job(gen))
         return await respond(served, body, job, request)

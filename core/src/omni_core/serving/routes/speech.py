@@ -1,5 +1,7 @@
 """``/v1/audio``: speech as a whole file, a chunked raw stream or server-sent events, and the
-voices of the served speech models."""
+voices of the served speech models. Bodies pass through
+:func:`omni_core.serving.compat.translate` (vLLM-Omni's ``task_type``, ``language``, ...);
+``stream: true`` alone (vLLM-Omni's, the openai SDK never sends it) streams SSE events."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from omni_core.engine import Job
 from omni_core.pipelines.base import AudioChunk, GenerationResult, SpeechPipeline
-from omni_core.serving import media
+from omni_core.serving import compat, media
 from omni_core.serving.errors import APIError, from_exception
 from omni_core.serving.http import await_job, read_json, request_id, validate
 from omni_core.serving.models import pick
@@ -29,6 +31,26 @@ log = logging.getLogger("omni.serving")
 #: What a streaming job's queue carries: audio deltas, then the job's finished future.
 Item = AudioChunk | Future[GenerationResult]
 
+#: Language names clients send (vLLM-Omni: "English") -> the code a voice's language starts with.
+_LANGUAGES = {
+    "english": "en", "chinese": "zh", "japanese": "ja", "korean": "ko", "german": "de",
+    "french": "fr", "spanish": "es", "italian": "it", "portuguese": "pt", "russian": "ru",
+}  # fmt: skip
+
+
+def _voice_language(pipeline: SpeechPipeline, voice: str | None) -> str | None:
+    voices = pipeline.voices()
+    chosen = next((v for v in voices if v.id == voice), voices[0] if voices else None)
+    return chosen.language if chosen is not None else None
+
+
+def _speaks(asked: str, language: str | None) -> bool:
+    """Whether a voice of ``language`` speaks ``asked`` ("Auto" and unknown: it does)."""
+    if language is None or asked.lower() == "auto":
+        return True
+    code = _LANGUAGES.get(asked.lower(), asked.lower())
+    return language.lower().replace("-", "_").startswith(code.replace("-", "_"))
+
 
 def add_routes(router: APIRouter, state: ServerState) -> None:
     @router.post(
@@ -40,29 +62,40 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         ),
     )
     async def speech(request: Request) -> Response:
-        body = validate(SpeechBody, await read_json(request, state.config))
-        served = pick(state.models, body.model, "speech")
+        data = await read_json(request, state.config)
+        served = pick(state.models, compat.model_of(data), "speech")
+        data = compat.translate("speech", data, request, served.pipeline)
+        body = validate(SpeechBody, data)
+        extras = body.extras()
+        pipeline = served.pipeline
+        if body.language is not None and isinstance(pipeline, SpeechPipeline):
+            spoken = _voice_language(pipeline, body.voice_id())
+            actual = body.language if _speaks(body.language, spoken) else spoken
+            compat.pipeline_field(pipeline, "language", body.language, actual, extras, request)
         fields: dict[str, Any] = {"prompt": body.input, "speed": body.speed}
         if body.voice_id() is not None:
             fields["voice"] = body.voice_id()
         if body.seed is not None:
             fields["seed"] = body.seed
-        gen = state.build_request(
-            served, fields, extras=body.extras(), request_id=request_id(request)
-        )
+        gen = state.build_request(served, fields, extras=extras, request_id=request_id(request))
+        headers = compat.headers(request)
         if not (body.stream or body.stream_format is not None):
             job = state.submit(served, Job(gen))
             result = await await_job(served, job, request)
-            data = await asyncio.to_thread(
-                media.encode_audio, result.audio, result.sample_rate, body.response_format
-            )
+            audio, rate = result.audio, int(result.sample_rate or 0)
+            if body.sample_rate is not None and body.sample_rate != rate:
+                from omni_core import audio as dsp
+
+                audio, rate = dsp.resample(audio, rate, body.sample_rate), body.sample_rate
+            encoded = await asyncio.to_thread(media.encode_audio, audio, rate, body.response_format)
             return Response(
-                data,
+                encoded,
                 media_type=media.AUDIO_MEDIA_TYPES[body.response_format],
-                headers={"x-omni-sample-rate": str(result.sample_rate)},
+                headers={**headers, "x-omni-sample-rate": str(rate)},
             )
 
-        sse = body.stream_format == "sse"
+        # stream_format wins; stream: true alone is vLLM-Omni's request for events.
+        sse = (body.stream_format or "sse") == "sse"
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Item] = asyncio.Queue()
         job = Job(gen, on_chunk=lambda chunk: loop.call_soon_threadsafe(queue.put_nowait, chunk))
@@ -82,6 +115,15 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             if exc is not None:
                 raise from_exception(exc)
             rate = int(first.result().sample_rate or 0)
+        if body.sample_rate is not None and body.sample_rate != rate:
+            engine.cancel(job, "refused: sample_rate")
+            raise APIError(
+                400,
+                f"sample_rate={body.sample_rate}: a stream comes at the model's rate ({rate} Hz); "
+                "drop sample_rate or ask for the whole file, which is resampled",
+                param="sample_rate",
+                code="unsupported_parameter",
+            )
         # SSE carries base64 PCM deltas (OpenAI's speech.audio.delta); a raw stream is encoded.
         encoder, _ = media.stream_encoder("pcm" if sse else body.response_format, rate)
 
@@ -134,7 +176,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                     }
                 yield f"data: {json.dumps(event)}\n\n".encode()
 
-        headers = {"x-omni-sample-rate": str(rate), "Cache-Control": "no-cache"}
+        headers = {**headers, "x-omni-sample-rate": str(rate), "Cache-Control": "no-cache"}
         if sse:
             return StreamingResponse(sse_stream(), media_type="text/event-stream", headers=headers)
         return StreamingResponse(audio_stream(), media_type=encoder.media_type, headers=headers)
@@ -166,4 +208,5 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                         "model": served.id,
                     }
                 )
-        return {"object": "list", "data": data}
+        # "voices": vLLM-Omni's shape (the names); "data": omni's, with languages and models.
+        return {"object": "list", "voices": sorted({v["id"] for v in data}), "data": data}

@@ -1,31 +1,38 @@
 """``/v1/videos``: create a job (JSON, or multipart with an ``input_reference`` image), list,
-retrieve, download the MP4, cancel or delete. The job state machine is
-:mod:`omni_core.serving.jobs`."""
+retrieve, download the MP4, cancel or delete; ``/v1/videos/sync`` answers with the MP4 itself.
+Bodies pass through :func:`omni_core.serving.compat.translate` (vLLM-Omni's fields); the job
+state machine is :mod:`omni_core.serving.jobs`."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 
-from omni_core.requests import clip_seconds
-from omni_core.serving import media
+from omni_core.engine import Job
+from omni_core.pipelines.base import GenerationRequest
+from omni_core.requests import clip_seconds, make_request
+from omni_core.serving import compat, media
 from omni_core.serving.errors import APIError, invalid
 from omni_core.serving.http import (
     FORM_TYPES,
+    await_job,
     diffusion_fields,
     form_fields,
     form_files,
     read_form,
     read_json,
+    request_id,
     upload_bytes,
     validate,
 )
-from omni_core.serving.models import pick
+from omni_core.serving.models import ServedModel, pick
 from omni_core.serving.openapi import body_spec
 from omni_core.serving.persistence import TERMINAL, JobRecord
 from omni_core.serving.schemas import VideoBody
@@ -59,7 +66,9 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             )
         return record
 
-    async def read_video_body(request: Request) -> tuple[VideoBody, bytes | None]:
+    async def read_video_body(
+        request: Request,
+    ) -> tuple[ServedModel, VideoBody, bytes | None]:
         """The body, and the bytes of its input image (uploaded, or a URL fetched if allowed)."""
         ctype = request.headers.get("content-type", "")
         image_bytes: bytes | None = None
@@ -80,16 +89,31 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                     "input_reference",
                     code="duplicate_parameter",
                 )
-            body = validate(VideoBody, fields)
         elif ctype.startswith("application/json") or not ctype:
-            body = validate(VideoBody, await read_json(request, config))
+            fields = await read_json(request, config)
         else:
             raise APIError(
                 415,
                 "POST /v1/videos takes application/json or multipart/form-data",
                 code="unsupported_media_type",
             )
+        served = pick(state.models, compat.model_of(fields), "video")
+        fields = compat.translate("videos", fields, request, served.pipeline)
+        ref = fields.get("input_reference")
+        if isinstance(ref, str) and ref.lstrip().startswith("{"):  # vLLM-Omni's JSON text
+            try:
+                fields["input_reference"] = json.loads(ref)
+            except json.JSONDecodeError:
+                raise invalid("input_reference: malformed JSON", "input_reference") from None
+        if "fps" in fields and "fps" not in served.pipeline.extras_model.model_fields:
+            # vLLM-Omni sends fps (default 24): fine only when it is what the model makes.
+            probe = make_request({"prompt": "fps"}, extras_at=None)
+            actual = served.pipeline.output_fps(probe)
+            compat.pipeline_field(served.pipeline, "fps", fields.pop("fps"), actual, {}, request)
+        body = validate(VideoBody, fields)
         ref = body.input_reference
+        if isinstance(ref, dict) and "image_url" not in ref and "url" in ref:
+            ref = {"image_url": ref["url"]}
         if image_bytes is None and ref is not None:
             if isinstance(ref, dict):
                 ref = ref.get("image_url")
@@ -101,7 +125,30 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 allowed_hosts=state.allowed_hosts,
                 max_bytes=config.max_upload_bytes,
             )
-        return body, image_bytes
+        return served, body, image_bytes
+
+    async def prepare(
+        request: Request, job_id: str
+    ) -> tuple[ServedModel, VideoBody, dict[str, Any], list[Any], float | None, GenerationRequest]:
+        """The body -> its validated request (frames fitted to the model, and said so)."""
+        served, body, image_bytes = await read_video_body(request)
+        seconds = _seconds(body)
+        fields = diffusion_fields(body)
+        if body.num_frames is not None:
+            fields["num_frames"] = body.num_frames
+        images = []
+        if image_bytes is not None:
+            images.append(
+                await asyncio.to_thread(media.decode_image, image_bytes, "input_reference")
+            )
+        extras = body.extras()
+        if seconds is None and "num_frames" in fields:
+            trial = {**fields, "images": images}
+            fields["num_frames"] = compat.fit_frames(served.pipeline, trial, extras, request)
+        gen = state.build_request(
+            served, {**fields, "images": images}, extras=extras, request_id=job_id, seconds=seconds
+        )
+        return served, body, fields, images, seconds, gen
 
     @router.post(
         "/videos",
@@ -114,24 +161,11 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             model_ids=state.models,
         ),
     )
-    async def create_video(request: Request) -> dict[str, Any]:
-        body, image_bytes = await read_video_body(request)
-        seconds = _seconds(body)
-        served = pick(state.models, body.model, "video")
-        fields = diffusion_fields(body)
-        if body.num_frames is not None:
-            fields["num_frames"] = body.num_frames
-        images = []
-        if image_bytes is not None:
-            images.append(
-                await asyncio.to_thread(media.decode_image, image_bytes, "input_reference")
-            )
+    async def create_video(request: Request) -> JSONResponse:
         job_id = f"video_{uuid.uuid4().hex}"
         request.state.request_id = job_id
+        served, body, fields, images, seconds, gen = await prepare(request, job_id)
         extras = body.extras()
-        gen = state.build_request(
-            served, {**fields, "images": images}, extras=extras, request_id=job_id, seconds=seconds
-        )
         store = state.store
         assert store is not None
         input_path = None
@@ -157,7 +191,35 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             raise
         record = store.get(job_id)
         assert record is not None
-        return record.as_api()
+        return JSONResponse(record.as_api(), headers=compat.headers(request))
+
+    @router.post(
+        "/videos/sync",
+        summary="Generate a video and answer with the MP4 (vLLM-Omni's synchronous path)",
+        response_class=Response,
+        openapi_extra=body_spec(
+            VideoBody,
+            multipart=True,
+            json_body=True,
+            files={"input_reference": False},
+            model_ids=state.models,
+        ),
+    )
+    async def create_video_sync(request: Request) -> Response:
+        rid = request_id(request)
+        served, _, _, _, _, gen = await prepare(request, rid)
+        job = state.submit(served, Job(gen))
+        result = await await_job(served, job, request)
+
+        def encode() -> bytes:
+            frames, fps = media.frames_of(result)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "video.mp4"
+                media.encode_mp4(frames, fps, path)
+                return path.read_bytes()
+
+        data = await asyncio.to_thread(encode)
+        return Response(data, media_type="video/mp4", headers=compat.headers(request))
 
     @router.get("/videos", summary="List video jobs")
     async def list_videos(

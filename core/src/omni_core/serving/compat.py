@@ -1,0 +1,378 @@
+"""The one compatibility mechanism: other servers' request fields -> omni's, by table.
+
+Clients written for vLLM-Omni (and OpenAI's chat API) send names and semantics omni spells
+differently. Every route passes its body through :func:`translate` with its endpoint's table,
+and every field it names gets exactly one of three outcomes (``sdk-docs/docs/serving.md``):
+
+- **honoured**: renamed or reshaped onto omni's field (``width``/``height`` -> ``size``,
+  ``num_outputs_per_prompt`` -> ``n``, a nested ``extra_body`` merged into the body);
+- **refused**: a 400 naming the field and why, when it would change the output and omni cannot
+  do what it asks (``ref_audio``, ``response_format: "file"``);
+- **ignored and reported**: dropped only when it steers another server's internals and cannot
+  change this output (``bot_task``, ``temperature`` of an image request); the names come back
+  in the ``X-Omni-Ignored-Fields`` response header.
+
+A value omni had to adjust to what the model accepts (a frame count rounded to 4k+1, an edit's
+size taken from its input image) is said in ``X-Omni-Adjusted-Fields``. Nothing changes the
+output silently. The pipeline-aware steps (:func:`fit_frames`, :func:`pipeline_field`,
+:func:`default_size`) ask the pipeline through its declared members only: ``validate``,
+``output_fps`` and ``extras_model``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fastapi import Request
+
+from omni_core.errors import InvalidRequestError
+from omni_core.pipelines.base import Pipeline
+from omni_core.requests import make_request
+from omni_core.serving.errors import invalid
+
+Action = Literal["merge", "rename", "ignore", "refuse", "size"]
+
+#: Response headers of the report.
+IGNORED_HEADER = "X-Omni-Ignored-Fields"
+ADJUSTED_HEADER = "X-Omni-Adjusted-Fields"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one foreign field becomes.
+
+    ``accept`` (for ``ignore``) tells the values that cannot change the output; any other
+    value is refused with ``why``. For ``refuse`` it tells the values omni honours itself
+    (kept as they are); only the others are refused. ``native`` (for ``rename``): keep the
+    name as is when the pipeline's extras model declares it (the pipeline honours it).
+    """
+
+    action: Action
+    target: str = ""
+    why: str = ""
+    accept: Callable[[Any], bool] | None = None
+    native: bool = False
+
+
+@dataclass
+class Report:
+    """What :func:`translate` and the pipeline-aware steps did to one request."""
+
+    ignored: list[str] = field(default_factory=list)
+    adjusted: list[str] = field(default_factory=list)
+
+    def headers(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if self.ignored:
+            out[IGNORED_HEADER] = ", ".join(sorted(set(self.ignored)))
+        if self.adjusted:
+            out[ADJUSTED_HEADER] = "; ".join(self.adjusted)
+        return out
+
+
+def _falsy(value: Any) -> bool:
+    return value in (None, False, "false", "False", "0", 0)
+
+
+_MERGE = Rule("merge", why="an object of generation fields (vLLM-Omni's nested form)")
+_SIZE = Rule("size")
+_CFG = Rule("rename", "guidance_scale", native=True)
+_INTERNAL = "only steers the other server's scheduling; it cannot change this output"
+
+#: The diffusion fields every image and video endpoint shares.
+_DIFFUSION: dict[str, Rule] = {
+    "extra_body": _MERGE,
+    "width": _SIZE,
+    "height": _SIZE,
+    "true_cfg_scale": _CFG,
+    "user": Rule("ignore", why="an end-user tag; omni does not track users"),
+    "lora": Rule("refuse", why="LoRA adapters are not supported by omni serve"),
+    "generator_device": Rule("ignore", why="where the other server draws its noise"),
+}
+
+_IMAGE: dict[str, Rule] = {
+    **_DIFFUSION,
+    "num_outputs_per_prompt": Rule("rename", "n"),
+    "response_format": Rule(
+        "refuse",
+        accept=lambda v: v in (None, "b64_json", "url"),
+        why="omni answers 'b64_json' or 'url' (an absolute URL of the stored file)",
+    ),
+}
+
+#: Chat fields of OpenAI's text models; an image model has no tokens to sample.
+_CHAT_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_tokens",
+    "max_completion_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "stop",
+    "logit_bias",
+    "service_tier",
+    "store",
+    "metadata",
+    "parallel_tool_calls",
+)
+
+TABLES: dict[str, dict[str, Rule]] = {
+    "images.generations": _IMAGE,
+    "images.edits": {
+        **_IMAGE,
+        "bot_task": Rule("ignore", why="a task tag of vLLM-Omni's benchmark client"),
+        "stream": Rule("ignore", accept=_falsy, why="image edits do not stream; send stream=false"),
+        "partial_images": Rule("ignore", accept=_falsy, why="no partial images are streamed"),
+    },
+    "videos": {
+        **_DIFFUSION,
+        "video_params": _MERGE,
+        "image_reference": Rule("rename", "input_reference"),
+    },
+    "chat": {
+        **_DIFFUSION,
+        **{
+            name: Rule("ignore", why="a text-sampling knob; image models sample no tokens")
+            for name in _CHAT_SAMPLING
+        },
+        "logprobs": Rule("ignore", accept=_falsy, why="image outputs have no token logprobs"),
+        "top_logprobs": Rule("ignore", accept=_falsy, why="image outputs have no logprobs"),
+        "tools": Rule("refuse", why="tool calls need a text model; none is served"),
+        "tool_choice": Rule("ignore", accept=lambda v: v in (None, "none", "auto")),
+        "response_format": Rule(
+            "ignore",
+            accept=lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
+            why="structured text output needs a text model; none is served",
+        ),
+        "audio": Rule("refuse", why="audio output from chat is not served yet"),
+    },
+    "speech": {
+        "extra_body": _MERGE,
+        "task_type": Rule(
+            "ignore",
+            accept=lambda v: v in (None, "CustomVoice", "custom_voice"),
+            why="omni's speech models speak preset voices (CustomVoice); voice design and "
+            "voice cloning are not supported",
+        ),
+        "ref_audio": Rule("refuse", why="voice cloning from reference audio is not supported"),
+        "ref_text": Rule("refuse", why="voice cloning from reference audio is not supported"),
+        "max_new_tokens": Rule("ignore", why="a token budget of autoregressive TTS models"),
+        "initial_codec_chunk_frames": Rule("ignore", why=_INTERNAL),
+        "instructions": Rule("ignore", why="the served voices take no style instructions"),
+    },
+}
+
+
+def _merge(body: dict[str, Any], name: str, value: Any) -> None:
+    if isinstance(value, str):  # multipart forms carry it as JSON text
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError:
+            raise invalid(f"{name}: expected a JSON object", name) from None
+    if not isinstance(value, Mapping):
+        raise invalid(f"{name}: expected an object of generation fields", name)
+    for key, inner in value.items():
+        key = str(key)
+        if key in body and body[key] != inner:
+            raise invalid(
+                f"{key}: given both at the top level and in {name} with different values",
+                key,
+                code="duplicate_parameter",
+            )
+        body[key] = inner
+
+
+def _size(body: dict[str, Any]) -> None:
+    width, height = body.pop("width", None), body.pop("height", None)
+    if width is None and height is None:
+        return
+    if width is None or height is None:
+        name = "width" if height is None else "height"  # the one given
+        raise invalid(f"{name}: give width and height together (or size 'WxH')", name)
+    try:
+        w, h = int(width), int(height)
+    except (TypeError, ValueError):
+        raise invalid("width/height: expected integers", "width") from None
+    size = f"{w}x{h}"
+    given = body.get("size")
+    if given not in (None, "auto") and str(given).lower() != size:
+        raise invalid(f"size {given!r} and width/height {size} disagree; give one", "size")
+    body["size"] = size
+
+
+def translate(
+    endpoint: str,
+    data: Mapping[str, Any],
+    request: Request | None = None,
+    pipeline: Pipeline | None = None,
+) -> dict[str, Any]:
+    """``data`` with ``endpoint``'s foreign fields honoured, refused (400) or ignored.
+
+    The report is kept on ``request.state.compat`` for :func:`headers`.
+    """
+    table = TABLES[endpoint]
+    report = report_of(request)
+    body = dict(data)
+    for name, rule in table.items():  # merges first: their fields meet the other rules
+        if rule.action == "merge" and name in body:
+            _merge(body, name, body.pop(name))
+    declared = set(pipeline.extras_model.model_fields) if pipeline is not None else set()
+    for name, rule in table.items():
+        if name not in body or rule.action in ("merge", "size"):
+            continue
+        value = body[name]
+        if rule.action == "rename":
+            if (rule.native and name in declared) or rule.target == name:
+                continue
+            body.pop(name)
+            if rule.target in body and body[rule.target] != value:
+                raise invalid(
+                    f"{name} and {rule.target} disagree; give one of them",
+                    name,
+                    code="duplicate_parameter",
+                )
+            body[rule.target] = value
+        elif rule.action == "refuse":
+            if rule.accept is not None and rule.accept(value):
+                continue
+            shown = f"{name}={value!r}" if rule.accept is not None else name
+            raise invalid(f"{shown}: not supported: {rule.why}", name, code="unsupported_parameter")
+        elif rule.action == "ignore":
+            if rule.accept is not None and not rule.accept(value):
+                raise invalid(
+                    f"{name}={value!r} is not supported: {rule.why}",
+                    name,
+                    code="unsupported_parameter",
+                )
+            body.pop(name)
+            report.ignored.append(name)
+    if any(table.get(k) is _SIZE for k in ("width", "height")):
+        _size(body)
+    return body
+
+
+def model_of(data: Mapping[str, Any]) -> str | None:
+    """The body's ``model`` before validation (routes pick the model first: the pipeline
+    decides parts of the translation)."""
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise invalid("model: expected a string", "model")
+    return model or None
+
+
+def report_of(request: Request | None) -> Report:
+    """The request's report (a fresh one without a request)."""
+    if request is None:
+        return Report()
+    report = getattr(request.state, "compat", None)
+    if report is None:
+        report = Report()
+        request.state.compat = report
+    return report
+
+
+def headers(request: Request) -> dict[str, str]:
+    """The report's response headers (empty when nothing was ignored or adjusted)."""
+    return report_of(request).headers()
+
+
+def ignore(request: Request | None, name: str) -> None:
+    """Record a field accepted and ignored by a route's own check."""
+    report_of(request).ignored.append(name)
+
+
+def adjust(request: Request | None, note: str) -> None:
+    """Record a value adjusted to what the model accepts."""
+    report_of(request).adjusted.append(note)
+
+
+def _accepts(
+    pipeline: Pipeline, fields: Mapping[str, Any], extras: Mapping[str, Any], param: str
+) -> bool:
+    """Whether the pipeline's ``validate`` takes ``fields`` as far as ``param`` goes."""
+    try:
+        pipeline.validate(make_request(fields, extras=extras, extras_at=None))
+    except InvalidRequestError as exc:
+        bad = {"width", "height", "size"} if param == "size" else {param}
+        return exc.param not in bad
+    except Exception:  # noqa: BLE001 - anything else is build_request's to report
+        return True
+    return True
+
+
+def fit_frames(
+    pipeline: Pipeline,
+    fields: dict[str, Any],
+    extras: Mapping[str, Any],
+    request: Request | None = None,
+    reach: int = 8,
+) -> Any:
+    """``fields["num_frames"]`` rounded to the nearest count the model accepts (vLLM-Omni
+    sends e.g. 80 where Wan takes 4k+1), reported; unchanged when it is accepted already or
+    no count is near (the pipeline's own 400 then says why)."""
+    frames = fields.get("num_frames")
+    if not isinstance(frames, int) or _accepts(pipeline, fields, extras, "num_frames"):
+        return frames
+    for delta in range(1, reach + 1):
+        for candidate in (frames + delta, frames - delta):
+            if candidate < 1:
+                continue
+            trial = {**fields, "num_frames": candidate}
+            if _accepts(pipeline, trial, extras, "num_frames"):
+                adjust(request, f"num_frames={frames}->{candidate} (what the model accepts)")
+                return candidate
+    return frames
+
+
+def default_size(
+    pipeline: Pipeline,
+    fields: dict[str, Any],
+    extras: Mapping[str, Any],
+    image_size: tuple[int, int],
+    request: Request | None = None,
+) -> None:
+    """No size given for an edit: the input image's, rounded to the model's multiple (as
+    vLLM-Omni does), reported. Left to the pipeline's default when no rounding fits."""
+    if "width" in fields or "height" in fields:
+        return
+    width, height = image_size
+    for multiple in (1, 2, 4, 8, 16, 32, 64, 128):
+        w = max(multiple, round(width / multiple) * multiple)
+        h = max(multiple, round(height / multiple) * multiple)
+        trial = {**fields, "width": w, "height": h}
+        if _accepts(pipeline, trial, extras, "size"):
+            fields["width"], fields["height"] = w, h
+            note = "" if (w, h) == (width, height) else f", rounded to a multiple of {multiple}"
+            adjust(request, f"size=auto->{w}x{h} (the input image's size{note})")
+            return
+    adjust(request, "size=auto->the model's default (the input image's size does not fit)")
+
+
+def pipeline_field(
+    pipeline: Pipeline,
+    name: str,
+    value: Any,
+    actual: Any,
+    extras: dict[str, Any],
+    request: Request | None = None,
+) -> None:
+    """A field some pipelines take as an extra (``fps``, ``language``): honoured as the
+    pipeline's extra when its extras model declares it; otherwise accepted (and reported) only
+    when it equals what the pipeline produces anyway (``actual``), else a 400."""
+    if name in pipeline.extras_model.model_fields:
+        extras[name] = value
+        return
+    if actual is not None and str(value).lower() == str(actual).lower():
+        ignore(request, name)
+        return
+    raise invalid(
+        f"{name}={value!r}: this model cannot change it "
+        f"({'it produces ' + repr(actual) if actual is not None else 'it has no such setting'})",
+        name,
+        code="unsupported_parameter",
+    )

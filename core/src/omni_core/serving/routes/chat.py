@@ -1,0 +1,217 @@
+"""``POST /v1/chat/completions`` for image models: vLLM-Omni's main path for text-to-image and
+image editing, with OpenAI's chat shapes.
+
+The prompt is the text of the last user message and its ``image_url`` parts (data URLs; http(s)
+only for ``--allowed-url-hosts``) are the input images. The answer is a ``chat.completion``
+whose assistant message ``content`` is a list of ``image_url`` parts holding data-URL images;
+``stream: true`` sends ``chat.completion.chunk`` events, the image in the last one, then
+``[DONE]``. The request runs through the same request path and engine as ``/v1/images``.
+``modalities`` is where text and audio answers will be asked for once omni serves such models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from omni_core.engine import Job
+from omni_core.serving import compat, media
+from omni_core.serving.errors import from_exception, invalid
+from omni_core.serving.http import await_job, diffusion_fields, read_json, request_id, validate
+from omni_core.serving.models import pick
+from omni_core.serving.openapi import body_spec
+from omni_core.serving.schemas import ChatBody
+from omni_core.serving.state import ServerState
+
+#: The output modalities this route answers with today.
+SERVED_MODALITIES = ("image",)
+#: The diffusion knobs of a chat body (the prompt comes from ``messages``).
+_KNOBS = ("size", "negative_prompt", "seed", "num_inference_steps", "guidance_scale")
+
+
+def _parts(content: Any, where: str) -> tuple[list[str], list[str]]:
+    """A message's content -> (texts, image URLs); vLLM-Omni's ``{"text"}``/``{"image"}``
+    shorthand parts are read too."""
+    if isinstance(content, str):
+        return [content], []
+    if not isinstance(content, list):
+        raise invalid(f"{where}.content: expected a string or a list of parts", where)
+    texts, images = [], []
+    for i, part in enumerate(content):
+        at = f"{where}.content[{i}]"
+        if not isinstance(part, dict):
+            raise invalid(f"{at}: expected an object", at)
+        kind = part.get("type") or next((k for k in ("text", "image") if k in part), "")
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                raise invalid(f"{at}.text: expected a string", at)
+            texts.append(part["text"])
+        elif kind == "image_url":
+            url = part.get("image_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            if not isinstance(url, str) or not url:
+                raise invalid(f"{at}.image_url: expected {{'url': URL}}", at)
+            images.append(url)
+        elif kind == "image":
+            data = part.get("image")
+            if not isinstance(data, str) or not data:
+                raise invalid(f"{at}.image: expected base64 image data or a URL", at)
+            images.append(data if ":" in data[:12] else f"data:image/png;base64,{data}")
+        else:
+            raise invalid(
+                f"{at}: part type {kind!r} is not supported (text, image_url)",
+                at,
+                code="unsupported_parameter",
+            )
+    return texts, images
+
+
+def _prompt(body: ChatBody, request: Request) -> tuple[str, list[str]]:
+    """The last user message's text and images; earlier turns are reported as ignored."""
+    last = None
+    for i, message in enumerate(body.messages):
+        if not isinstance(message.get("role"), str):
+            raise invalid(f"messages[{i}].role: expected a string", f"messages[{i}]")
+        if message["role"] == "user":
+            last = i
+    if last is None:
+        raise invalid("messages: no user message to take the prompt from", "messages")
+    for i in range(len(body.messages)):
+        if i != last:
+            compat.ignore(request, f"messages[{i}]")
+    texts, images = _parts(body.messages[last].get("content"), f"messages[{last}]")
+    prompt = "\n".join(t for t in texts if t.strip())
+    if not prompt:
+        raise invalid(f"messages[{last}]: the prompt text is empty", f"messages[{last}]")
+    return prompt, images
+
+
+def add_routes(router: APIRouter, state: ServerState) -> None:
+    config = state.config
+
+    @router.post(
+        "/chat/completions",
+        summary="Generate or edit images through OpenAI's chat API (vLLM-Omni's shape)",
+        openapi_extra=body_spec(
+            ChatBody, multipart=False, json_body=True, files={}, model_ids=state.models
+        ),
+    )
+    async def chat(request: Request) -> Response:
+        data = await read_json(request, config)
+        modalities = data.get("modalities")
+        if modalities is not None and (
+            not isinstance(modalities, list) or any(m not in SERVED_MODALITIES for m in modalities)
+        ):
+            raise invalid(
+                f"modalities={modalities!r}: this server answers chat with images only "
+                "(text and audio answers need a text or omni model; none is served)",
+                "modalities",
+                code="unsupported_parameter",
+            )
+        served = pick(state.models, compat.model_of(data), "image")
+        data = compat.translate("chat", data, request, served.pipeline)
+        body = validate(ChatBody, data)
+        prompt, urls = _prompt(body, request)
+        if len(urls) > config.max_images:
+            raise invalid(f"messages: at most {config.max_images} images", "messages")
+        images = []
+        for i, url in enumerate(urls):
+            blob = await media.fetch_url(
+                url,
+                param=f"image_url[{i}]",
+                allowed_hosts=state.allowed_hosts,
+                max_bytes=config.max_upload_bytes,
+            )
+            images.append(await asyncio.to_thread(media.decode_image, blob, f"image_url[{i}]"))
+        if images:
+            served = pick(state.models, served.id, "image", task="i2i")
+        per_choice = body.num_outputs_per_prompt
+        knobs = SimpleNamespace(**{n: getattr(body, n) for n in _KNOBS}, prompt=prompt)
+        fields = {
+            **diffusion_fields(knobs),
+            "num_outputs": body.n * per_choice,
+            "images": images,
+        }
+        gen = state.build_request(
+            served, fields, extras=body.extras(), request_id=request_id(request)
+        )
+        job = state.submit(served, Job(gen))
+        cid = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        head = {"id": cid, "created": created, "model": served.id}
+        headers = compat.headers(request)
+
+        async def choices(result: Any) -> list[list[dict[str, Any]]]:
+            blobs = await asyncio.to_thread(
+                lambda: [media.encode_image(im, "png") for im in result.images or []]
+            )
+            parts = [
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{media.b64(b)}"}}
+                for b in blobs
+            ]
+            return [parts[i * per_choice : (i + 1) * per_choice] for i in range(body.n)]
+
+        if not body.stream:
+            result = await await_job(served, job, request)
+            return JSONResponse(
+                {
+                    **head,
+                    "object": "chat.completion",
+                    "choices": [
+                        {
+                            "index": i,
+                            "message": {"role": "assistant", "content": content},
+                            "finish_reason": "stop",
+                        }
+                        for i, content in enumerate(await choices(result))
+                    ],
+                    "usage": usage,
+                },
+                headers=headers,
+            )
+
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+
+        def event(choices_: list[dict[str, Any]], **extra: Any) -> bytes:
+            chunk = {**head, "object": "chat.completion.chunk", "choices": choices_, **extra}
+            return f"data: {json.dumps(chunk)}\n\n".encode()
+
+        async def stream() -> AsyncIterator[bytes]:
+            engine = served.engine
+            try:
+                yield event(
+                    [
+                        {"index": i, "delta": {"role": "assistant"}, "finish_reason": None}
+                        for i in range(body.n)
+                    ]
+                )
+                try:
+                    result = await asyncio.wrap_future(job.future)
+                except Exception as exc:  # noqa: BLE001 - sent as an error event
+                    yield f"data: {json.dumps(from_exception(exc).body())}\n\n".encode()
+                    return
+                for i, content in enumerate(await choices(result)):
+                    yield event(
+                        [{"index": i, "delta": {"content": content}, "finish_reason": "stop"}]
+                    )
+                if include_usage:
+                    yield event([], usage=usage)
+                yield b"data: [DONE]\n\n"
+            finally:
+                if not job.future.done() and engine is not None:
+                    engine.cancel(job, "the client disconnected")
+
+        return StreamingResponse(
+            stream(),
+            media_type="text/event-stream",
+            headers={**headers, "Cache-Control": "no-cache"},
+        )
