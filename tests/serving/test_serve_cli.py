@@ -125,3 +125,26 @@ def test_serve_cli_warns_when_public_without_key() -> None:
     result = _run("serve", "/no/such/folder", "--host", "0.0.0.0")
     assert "without an API key" in result.output
     assert result.exit_code == 2  # and the missing model still stops it before binding
+
+
+def test_serve_cli_refuses_a_loading_option_no_pipeline_reads(checkpoints) -> None:
+    """``--option vae_dtyp=...`` (a typo of Wan's ``vae_dtype``) would load with the default
+    silently: it is refused before loading, naming the key and the nearest known one."""
+    assert "wan" in checkpoints.paths, checkpoints.missing
+    wan = str(checkpoints.paths["wan"])
+    result = _run("serve", wan, "--option", "vae_dtyp=float32", "--no-warmup")
+    assert result.exit_code == 2, result.output
+    assert "'vae_dtyp'" in result.output and "did you mean 'vae_dtype'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_omni_refuses_unknown_loading_options_before_loading(checkpoints) -> None:
+    from omni_core import ConfigError, Omni
+    from omni_core.api import check_load_options
+    from omni_core.plugins import get_registry
+
+    assert "qwen" in checkpoints.paths, checkpoints.missing
+    spec = get_registry().pipelines["qwen-image"]
+    check_load_options(spec, {"text_encoder_device": "cpu", "compile": False, "cfg_batch": True})
+    with pytest.raises(ConfigError, match=r"'prompt_cache'.*did you mean 'prompt_cache_size'"):
+        Omni(checkpoints.paths["qwen"], prompt_cache=8)

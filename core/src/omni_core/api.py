@@ -8,7 +8,7 @@ them with :func:`locate_model` before loading, to fail fast); requests are built
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,6 +123,28 @@ def locate_model(
     return ModelLocation(path, find_pipeline(registry, path, pipeline), claimed)
 
 
+def check_load_options(spec: PipelineSpec, options: Mapping[str, Any]) -> None:
+    """Refuse loading options that neither ``spec``'s pipeline nor acceleration reads.
+
+    An unknown key would be passed on and ignored (``quantisation=fp8`` loading unquantised),
+    so it is a ConfigError naming it and what is understood, before any weight is read.
+    """
+    import difflib
+
+    from omni_core.acceleration import LOAD_OPTIONS as ACCELERATION_OPTIONS
+
+    known = {**ACCELERATION_OPTIONS, **spec.load().load_options}
+    unknown = sorted(k for k in options if k not in known)
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, list(known), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(
+            f"option {key!r}: pipeline {spec.name!r} has no such loading option; {hint}"
+            f"known: {', '.join(sorted(known))}"
+        )
+
+
 def resolve_device(device: Any, platform: Platform) -> torch.device:
     """``device`` checked against this machine (ConfigError naming it), else the platform's first.
 
@@ -189,6 +211,7 @@ class Omni:
         registry = get_registry()
         platform = current_platform()
         location = locate_model(model, pipeline, revision=revision, registry=registry)
+        check_load_options(location.spec, options)  # the caller's; the lookup's own are known
         for key, value in location.options.items():
             options.setdefault(key, value)
         self.path = location.path

@@ -56,6 +56,15 @@ __all__ = [
     "cache_key",
 ]
 
+#: The loading options acceleration reads from ``options.extra`` (every pipeline accepts them).
+LOAD_OPTIONS: dict[str, str] = {
+    "compile": "compile the repeated blocks (default: on for CUDA, off on CPU)",
+    "compile_mode": "torch.compile mode",
+    "compile_backend": "torch.compile backend (default inductor)",
+    "compile_dynamic": "torch.compile dynamic shapes (default False)",
+    "fuse_qkv": "fuse the Q/K/V projections where the denoiser's adapter allows it (default True)",
+}
+
 #: The component that gets the step cache and, by default, quantization and compilation.
 DENOISERS: tuple[str, ...] = ("transformer", "transformer_2", "unet")
 

@@ -24,11 +24,15 @@ def _load(model: str | None, device: str | None, dtype: str | None, quiet: bool)
     from omni_core.api import Omni
     from omni_core.pipelines.base import SpeechPipeline
 
-    ref, kwargs = audio.resolve_speech_model(model)
+    default = audio.default_speech_spec() if model is None else None
+    if model is None and (default is None or not default.default_model):
+        audio.resolve_speech_model(None)  # raises: no installed speech pipeline offers one
+    # Omni resolves voice references itself (a voice folder, an alias such as the default
+    # model's), so what the lookup adds (the pipeline, its default voice) is its own, not ours.
+    ref = model if model is not None else default.default_model  # type: ignore[union-attr]
     if not quiet:
-        default = audio.default_speech_spec() if model is None else None
-        click.echo(f"loading {model or (default and default.default_model)} ...", err=True)
-    omni = Omni(ref, device=device, dtype=dtype, **kwargs)
+        click.echo(f"loading {ref} ...", err=True)
+    omni = Omni(ref, device=device, dtype=dtype)
     if omni.spec.modality != "speech" or not isinstance(omni.pipeline, SpeechPipeline):
         raise InvalidRequestError(
             f"{model} is served by {omni.spec.name!r}, a {omni.spec.modality} pipeline; use "

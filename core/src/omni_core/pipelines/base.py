@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -106,6 +106,10 @@ class Pipeline(ABC):
 
     #: The pydantic model of this pipeline's request extras.
     extras_model: ClassVar[type[BaseModel]] = NoExtras
+    #: The loading options (``PipelineOptions.extra`` keys: ``Omni(path, key=...)``,
+    #: ``--option key=...``) this pipeline reads, each with what it does. The core refuses any
+    #: other key (besides acceleration's own) before loading, so a typo never loads silently.
+    load_options: ClassVar[Mapping[str, str]] = {}
     #: The registered spec this pipeline was loaded for (set by the core after loading).
     spec: PipelineSpec | None = None
     #: The options it was loaded with (``from_pretrained`` stores them; device and platform

@@ -75,6 +75,12 @@ class QwenImagePipeline(StagedPipeline):
     """Qwen-Image text-to-image (diffusers' ``QwenImagePipeline``)."""
 
     extras_model = QwenImageExtras
+    load_options: ClassVar[dict[str, str]] = {
+        "text_encoder_device": "device of the Qwen2.5-VL text encoder (default: the model's)",
+        "prompt_cache_size": "prompt embeddings kept in the LRU cache (default 64)",
+        "image_cache_size": "encoded input images kept in the LRU cache (default 16)",
+        "cfg_batch": "auto (default), true or false: run true CFG's branches as one forward",
+    }
     #: How many input images a request takes: (min, max).
     image_range: ClassVar[tuple[int, int]] = (0, 0)
     template: ClassVar[str] = T2I_TEMPLATE

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from omni_core import GenerationRequest, PipelineOptions, Voice
 from omni_tts.common import (
@@ -35,6 +35,10 @@ class FastSpeech2Pipeline(TransformersSpeechPipeline):
     """
 
     extras_model = FastSpeech2Extras
+    load_options: ClassVar[dict[str, str]] = {
+        "vocoder": "folder or Hub id of the vocoder (default: the checkpoint's vocoder/ or "
+        "the reference one)",
+    }
 
     def __init__(self, model: Any, vocoder: Any, tokenizer: Any, options: PipelineOptions) -> None:
         super().__init__(options)

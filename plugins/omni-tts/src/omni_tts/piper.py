@@ -110,6 +110,9 @@ class PiperPipeline(StreamingSpeechPipeline):
     """
 
     extras_model = PiperExtras
+    load_options: ClassVar[dict[str, str]] = {
+        "default_voice": "the voice a request without `voice` speaks with",
+    }
     native_speed: ClassVar[bool] = True
 
     def __init__(

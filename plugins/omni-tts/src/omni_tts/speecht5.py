@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -80,6 +80,11 @@ class SpeechT5Pipeline(TransformersSpeechPipeline):
     """
 
     extras_model = SpeechT5Extras
+    load_options: ClassVar[dict[str, str]] = {
+        "vocoder": "folder or Hub id of the vocoder (default: the checkpoint's vocoder/ or "
+        "the reference one)",
+        "speaker_embeddings": "a .npy/.safetensors file or folder of x-vector voices",
+    }
 
     def __init__(
         self, model: Any, vocoder: Any, tokenizer: Any, embeddings: dict[str, Any], options: Any

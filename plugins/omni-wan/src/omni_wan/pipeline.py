@@ -29,7 +29,7 @@ import contextlib
 import random
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -60,6 +60,10 @@ class WanVideoPipeline(StagedPipeline):
     """Every Wan 2.1 / 2.2 variant, text- and image-to-video, one denoising step at a time."""
 
     extras_model = WanExtras
+    load_options: ClassVar[dict[str, str]] = {
+        "vae_dtype": "dtype of the VAE (default float32, as diffusers' Wan pipelines)",
+        "cfg_batch": "auto (default), true or false: run CFG's two branches as one forward",
+    }
 
     def __init__(self, layout: WanLayout, components: dict[str, Any], options: PipelineOptions):
         self.layout = layout
