@@ -1,10 +1,11 @@
-"""The job store on its own: recovery after a crash, late updates, listing order and paging."""
+"""The job store on its own: recovery after a crash (re-queued up to a limit), late updates,
+listing order and paging."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from omni_core.serving.persistence import JobStore
+from omni_core.serving.persistence import MAX_RESTARTS, JobStore
 
 
 def _job(store: JobStore, job_id: str) -> None:
@@ -33,10 +34,23 @@ def test_serve_store_recovery_late_updates_and_paging(tmp_path: Path) -> None:
     store.close()
 
     store = JobStore(tmp_path)  # "restart"
-    failed, queued = store.recover()
-    assert {r.id for r in failed} == {"video_1", "video_2"}
-    assert all(r.status == "failed" and r.error["code"] == "server_restarted" for r in failed)
-    assert [r.id for r in queued] == ["video_3", "video_4"]
+    requeued, failed = store.recover()
+    # Jobs that were running are queued again from the first step, in their original order.
+    assert [r.id for r in requeued] == ["video_1", "video_2"] and not failed
+    assert all(r.status == "queued" and r.progress == 0 and r.restarts == 1 for r in requeued)
+    assert [r.id for r in store.list(status="queued", order="asc")] == [
+        f"video_{i}" for i in range(1, 5)
+    ]
+    # A job that keeps dying with the server fails after MAX_RESTARTS re-runs.
+    for attempt in range(MAX_RESTARTS):
+        store.update("video_1", status="in_progress")
+        requeued, failed = store.recover()
+        if attempt < MAX_RESTARTS - 1:
+            assert [r.id for r in requeued] == ["video_1"] and not failed
+    assert not requeued and [r.id for r in failed] == ["video_1"]
+    (gone,) = failed
+    assert gone.status == "failed" and gone.error["code"] == "server_restarted"
+    assert gone.restarts == MAX_RESTARTS
     ids = [r.id for r in store.list(order="asc")]
     assert ids == [f"video_{i}" for i in range(5)]
     page = store.list(order="asc", limit=2, after="video_1")

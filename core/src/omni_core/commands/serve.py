@@ -83,14 +83,20 @@ def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, s
 def _preflight(config: ServerConfig) -> None:
     """Fail before binding a port: a device, dtype or attention backend this machine cannot
     use, a model that cannot be found or that no pipeline serves (what ``Omni`` would find)."""
-    from omni_core.api import locate_model
+    import inspect
+
+    from omni_core.api import Omni, locate_model
+    from omni_core.api import check_load_options as check_pipeline_options
     from omni_core.plugins import get_registry
 
     check_load_options(config.device, config.dtype, config.attention_backend)
     check_option_keys(config.options)
     registry = get_registry()
+    own = set(inspect.signature(Omni.__init__).parameters)  # Omni's keywords, not extras
     for source in config.models:
-        locate_model(source.path, source.pipeline, registry=registry)
+        location = locate_model(source.path, source.pipeline, registry=registry)
+        extra = {k: v for k, v in config.options.items() if k not in own}
+        check_pipeline_options(location.spec, extra)
 
 
 @click.command("serve")
@@ -302,10 +308,10 @@ def serve(
     import logging
 
     require_serve_extra()
-    import uvicorn
 
     from omni_core.errors import ConfigError
     from omni_core.serving import ServerConfig, create_app
+    from omni_core.serving.app import serve_draining
 
     warmup_fields: dict[str, object] = {}
     if warmup_request:
@@ -381,12 +387,11 @@ def serve(
         f"http://{host}:{port} (state: {config.state_dir})",
         err=True,
     )
-    uvicorn.run(
+    serve_draining(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        timeout_graceful_shutdown=int(config.shutdown_grace_s) + 5,
         timeout_keep_alive=config.keep_alive_s,
         limit_concurrency=config.max_connections,
     )

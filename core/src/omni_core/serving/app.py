@@ -19,18 +19,40 @@ import asyncio
 import hmac
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 
+from omni_core.engine import EngineStoppedError
 from omni_core.serving.config import ModelSource, ServerConfig
-from omni_core.serving.errors import APIError, install_handlers
+from omni_core.serving.errors import APIError, from_exception, install_handlers
 from omni_core.serving.metrics import MetricsMiddleware
 from omni_core.serving.routes import chat, images, speech, system, videos
 from omni_core.serving.state import ServerState
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.api import Omni
+
+
+class DrainMiddleware:
+    """Once the server stops (SIGTERM), every new request gets 503 with ``Retry-After`` at once.
+
+    Why: the socket stays open while running work finishes (``omni serve`` drains before uvicorn
+    closes it), so clients get an answer they can retry on, not a refused connection; requests
+    already in flight, streams included, are past this check and finish.
+    """
+
+    def __init__(self, app: Any, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not self.state.stopping:
+            await self.app(scope, receive, send)
+            return
+        error = from_exception(EngineStoppedError("the server is shutting down; retry shortly"))
+        error.headers["Connection"] = "close"  # the next try opens a connection to whoever is up
+        await error.response()(scope, receive, send)
 
 
 def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = None) -> FastAPI:
@@ -55,6 +77,7 @@ def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = N
     )
     app.state.omni = state
     install_handlers(app)
+    app.add_middleware(DrainMiddleware, state=state)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
 
     async def require_key(request: Request) -> None:
@@ -79,6 +102,44 @@ def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = N
     app.include_router(v1)
     system.add_open_routes(app, state)
     return app
+
+
+def serve_draining(app: FastAPI, **options: Any) -> None:
+    """Run ``app`` on uvicorn (``options``: ``uvicorn.Config``'s), draining on SIGTERM.
+
+    Why not plain ``uvicorn.run``: on SIGTERM uvicorn closes the socket first (new clients get
+    connection refused) and lets queued work start while it waits. Here the first SIGTERM or
+    SIGINT stops admissions (503, see :class:`DrainMiddleware`) and lets running work finish
+    within ``shutdown_grace_s`` (:meth:`ServerState.drain`) with the socket open; then uvicorn
+    sends what is left and exits. A second signal exits at once.
+    """
+    import threading
+
+    import uvicorn
+
+    state: ServerState = app.state.omni
+
+    class DrainingServer(uvicorn.Server):
+        draining = False
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.draining:
+                super().handle_exit(sig, frame)
+                self.force_exit = True
+                return
+            self.draining = True
+            self._captured_signals.append(sig)  # re-raised on exit, as uvicorn does
+            state.stopping = True  # admissions stop now, before the thread runs
+            threading.Thread(target=self._drain, name="omni-drain", daemon=True).start()
+
+        def _drain(self) -> None:
+            try:
+                state.drain()
+            finally:
+                self.should_exit = True
+
+    options.setdefault("timeout_graceful_shutdown", 5)  # after the drain: only replies to send
+    DrainingServer(uvicorn.Config(app, **options)).run()
 
 
 __all__ = ["ModelSource", "ServerConfig", "ServerState", "create_app"]

@@ -1,8 +1,9 @@
 """The video-job state machine: queued -> in_progress -> completed | failed | cancelled.
 
 A job is persisted (:class:`~omni_core.serving.persistence.JobStore`) before it reaches the
-engine, so a restart loses nothing: finished jobs stay listed, a job that was running is failed
-with the reason, and queued ones run again once their model is ready (:meth:`VideoJobs.resume`).
+engine, so a restart loses nothing: finished jobs stay listed, a job that was running is queued
+again from its first step (up to a retry limit), and queued ones run again once their model is
+ready (:meth:`VideoJobs.resume`).
 Progress and MP4 encoding happen on an I/O pool, never on the engine's worker thread.
 """
 
@@ -82,6 +83,8 @@ class VideoJobs:
     def resume(self, models: Mapping[str, ServedModel], rebuild: Rebuild) -> None:
         """Queued jobs of a previous run start again once their model is ready."""
         for record in self.store.list(status="queued", order="asc", limit=10_000):
+            if self._stopping():  # SIGTERM while models loaded: the rest stay queued
+                return
             if record.id in self.running:
                 continue
             served = models.get(record.model)
@@ -95,6 +98,8 @@ class VideoJobs:
             try:
                 self.submit(served, rebuild(served, record))
             except Exception as exc:  # noqa: BLE001 - a stale job must not block the others
+                if self._stopping():  # refused because the server is stopping: stays queued
+                    return
                 api = from_exception(exc)
                 self.fail(record.id, api.code or "invalid_request", api.message)
 
@@ -112,7 +117,9 @@ class VideoJobs:
         self.running.pop(job_id, None)
         if isinstance(exc, EngineStoppedError) and job.started_at is None:
             return  # never started: stays queued on disk and runs after a restart
-        if isinstance(exc, RequestCancelledError) and not self._stopping():
+        if isinstance(exc, RequestCancelledError):
+            if self._stopping():  # cut off by the end of the grace period: left in_progress,
+                return  # so the next start queues it again (JobStore.recover)
             self.finalize(job_id, "cancelled", error={"code": "cancelled", "message": str(exc)})
             return
         api = from_exception(exc)

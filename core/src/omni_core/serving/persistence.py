@@ -1,8 +1,9 @@
 """Video jobs on disk: SQLite for the job records, plain files for inputs and outputs.
 
-Why: a video takes minutes; a restart must not lose what finished, and a job that was running when
-the process died must come back as ``failed`` with the reason rather than vanish. Queued jobs that
-never started are kept and run again after a restart (their request and input image are stored).
+Why: a video takes minutes; a restart must not lose what finished or what was asked for. Queued
+jobs that never started are kept and run again after a restart (their request and input image are
+stored); a job that was running when the process died is queued again from its first step, up to
+:data:`MAX_RESTARTS` times (a job that keeps killing the server then fails with the reason).
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     seconds TEXT,
     request TEXT NOT NULL,
     input_path TEXT,
-    output_path TEXT
+    output_path TEXT,
+    restarts INTEGER NOT NULL DEFAULT 0
 )
 """
+
+#: Times a job that was running when the server died is queued again before it is failed.
+MAX_RESTARTS = 3
 
 TERMINAL = ("completed", "failed", "cancelled")
 
@@ -54,6 +59,8 @@ class JobRecord:
     request: dict[str, Any]
     input_path: str | None
     output_path: str | None
+    #: Times this job was re-queued because the server died while it ran.
+    restarts: int = 0
 
     def as_api(self) -> dict[str, Any]:
         return {
@@ -92,30 +99,43 @@ class JobStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        if "restarts" not in columns:  # a state dir from omni-core 0.2.0
+            self._db.execute("ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0")
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
-    def recover(self) -> tuple[list[JobRecord], list[JobRecord]]:
-        """After a restart: fail jobs that were running, return (failed now, still queued)."""
+    def recover(self, max_restarts: int = MAX_RESTARTS) -> tuple[list[JobRecord], list[JobRecord]]:
+        """After a restart: re-queue the jobs that were running (from their first step), or fail
+        those re-queued ``max_restarts`` times already; returns (re-queued, failed)."""
         now = int(time.time())
+        error = json.dumps(
+            {
+                "code": "server_restarted",
+                "message": f"the server stopped while this job was running, {max_restarts + 1} "
+                "times (process exited or was killed); it was not run again: submit it again",
+            }
+        )
         with self._lock:
-            rows = self._db.execute("SELECT id FROM jobs WHERE status = 'in_progress'").fetchall()
-            error = json.dumps(
-                {
-                    "code": "server_restarted",
-                    "message": "the server stopped while this job was running (process exited or "
-                    "was killed); submit it again",
-                }
+            rows = self._db.execute(
+                "SELECT id, restarts FROM jobs WHERE status = 'in_progress'"
+            ).fetchall()
+            again = [i for i, n in rows if n < max_restarts]
+            gone = [i for i, n in rows if n >= max_restarts]
+            self._db.executemany(
+                "UPDATE jobs SET status = 'queued', progress = 0, restarts = restarts + 1 "
+                "WHERE id = ?",
+                [(i,) for i in again],
             )
-            self._db.execute(
-                "UPDATE jobs SET status = 'failed', error = ?, completed_at = ? "
-                "WHERE status = 'in_progress'",
-                (error, now),
+            self._db.executemany(
+                "UPDATE jobs SET status = 'failed', error = ?, completed_at = ? WHERE id = ?",
+                [(error, now, i) for i in gone],
             )
-        failed = [r for r in (self.get(i) for (i,) in rows) if r is not None]
-        return failed, self.list(status="queued", order="asc")
+        requeued = [r for r in (self.get(i) for i in again) if r is not None]
+        failed = [r for r in (self.get(i) for i in gone) if r is not None]
+        return requeued, failed
 
     def create(
         self,
@@ -212,6 +232,7 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
         request,
         input_path,
         output_path,
+        restarts,
     ) = row
     return JobRecord(
         id=job_id,
@@ -227,4 +248,5 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
         request=json.loads(request),
         input_path=input_path,
         output_path=output_path,
+        restarts=int(restarts),
     )

@@ -48,6 +48,8 @@ class ServerState:
         #: Encodes MP4s and writes job progress off the engine threads.
         self.io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="omni-io")
         self.loader: threading.Thread | None = None
+        self._drain_lock = threading.Lock()
+        self._drained = False
 
     @property
     def jobs(self) -> VideoJobs:
@@ -65,11 +67,15 @@ class ServerState:
             io=self.io,
             stopping=lambda: self.stopping,
         )
-        failed, _ = self.store.recover()
-        for record in failed:
+        requeued, failed = self.store.recover()
+        for record in requeued:
             log.warning(
-                "video job %s was running when the server stopped: marked failed", record.id
+                "video job %s was running when the server stopped: queued again (restart %d)",
+                record.id,
+                record.restarts,
             )
+        for record in failed:
+            log.warning("video job %s stopped the server too often: marked failed", record.id)
         self.loader = threading.Thread(target=self._load_all, name="omni-loader", daemon=True)
         self.loader.start()
 
@@ -84,17 +90,30 @@ class ServerState:
                 self.metrics.ready.labels(served.id).set(1)
         self.jobs.resume(self.models, self._rebuild_video_request)
 
+    def drain(self) -> None:
+        """Stop admissions at once (503) and let running work finish within the grace period.
+
+        Queued work never starts: its video jobs stay ``queued`` on disk for the next start.
+        Idempotent: ``omni serve`` calls it on SIGTERM while the socket still answers, and
+        :meth:`shutdown` calls it again.
+        """
+        self.stopping = True
+        with self._drain_lock:
+            if self._drained:
+                return
+            stoppers = [
+                threading.Thread(target=served.stop, args=(self.config.shutdown_grace_s,))
+                for served in self.models.values()
+            ]
+            for thread in stoppers:  # every model gets the whole grace period, in parallel
+                thread.start()
+            for thread in stoppers:
+                thread.join()
+            self._drained = True
+
     def shutdown(self) -> None:
         """Finish what runs within the grace period; queued video jobs stay queued on disk."""
-        self.stopping = True
-        stoppers = [
-            threading.Thread(target=served.stop, args=(self.config.shutdown_grace_s,))
-            for served in self.models.values()
-        ]
-        for thread in stoppers:  # every model gets the whole grace period, in parallel
-            thread.start()
-        for thread in stoppers:
-            thread.join()
+        self.drain()
         for served in self.models.values():  # parallel workers: leave no process behind
             served.close()
         self.io.shutdown(wait=True)
