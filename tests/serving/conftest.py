@@ -121,10 +121,18 @@ def start_server(
     import uvicorn
 
     from omni_core.serving import create_app
+    from omni_core.serving.connections import uvicorn_options
 
     app = create_app(config)
     server = uvicorn.Server(
-        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", lifespan="on")
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            log_level="warning",
+            lifespan="on",
+            **uvicorn_options(config),  # the connection limits `omni serve` runs with
+        )
     )
     thread = threading.Thread(target=server.run, name="omni-test-server", daemon=True)
     thread.start()

@@ -49,6 +49,9 @@ class RequestLimits:
     max_outputs: int | None = None
     #: Longest side over shortest side (a 2x4096 input image must not become a 32x46336 output).
     max_aspect_ratio: float | None = None
+    #: The compute one request may ask for, in pixel-steps: width x height x frames x steps x
+    #: outputs (each limit above can pass while their product is far beyond any real request).
+    max_cost: int | None = None
 
     def check(self, request: GenerationRequest) -> None:
         steps = request.num_inference_steps
@@ -72,6 +75,30 @@ class RequestLimits:
         outputs = request.num_outputs
         if self.max_outputs is not None and outputs is not None and outputs > self.max_outputs:
             _over("num_outputs", outputs, self.max_outputs, "--max-outputs", alias="n")
+        cost = request_cost(request)
+        if self.max_cost is not None and cost is not None and cost > self.max_cost:
+            raise InvalidRequestError(
+                f"this request asks for {request.width}x{request.height} pixels x "
+                f"{frames or 1} frame(s) x {steps} steps x {outputs or 1} output(s) = {cost:,} "
+                f"pixel-steps, above this server's budget of {self.max_cost:,} (--max-cost); "
+                "ask for a smaller size, fewer frames, steps or outputs",
+                param="size",
+                code="limit_exceeded",
+            )
+
+
+def request_cost(request: GenerationRequest) -> int | None:
+    """width x height x frames x steps x outputs of a diffusion request (None without a size
+    or steps: speech, or a pipeline that left them open)."""
+    if not (request.width and request.height and request.num_inference_steps):
+        return None
+    return (
+        request.width
+        * request.height
+        * (request.num_frames or 1)
+        * request.num_inference_steps
+        * (request.num_outputs or 1)
+    )
 
 
 def _over(param: str, value: Any, limit: Any, flag: str, alias: str | None = None) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from omni_core.commands.connection_options import connection_options
 from omni_core.commands.options import (
     acceleration_kwargs,
     acceleration_options,
@@ -17,9 +18,8 @@ from omni_core.commands.options import (
 )
 from omni_core.errors import OmniError
 from omni_core.serving.config import (
-    DEFAULT_KEEP_ALIVE_S,
     DEFAULT_MAX_ASPECT_RATIO,
-    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_COST,
     DEFAULT_MAX_FRAMES,
     DEFAULT_MAX_OUTPUTS,
     DEFAULT_MAX_PIXELS,
@@ -223,26 +223,20 @@ def _preflight(config: ServerConfig) -> None:
     help="Reject sizes whose long side exceeds the short side this many times (400).",
 )
 @click.option(
+    "--max-cost",
+    type=click.IntRange(0),
+    default=DEFAULT_MAX_COST,
+    show_default=True,
+    help="Reject requests above this many pixel-steps: width x height x frames x steps x n.",
+)
+@click.option(
     "--max-upload-pixels",
     type=click.IntRange(1),
     default=DEFAULT_MAX_UPLOAD_PIXELS,
     show_default=True,
     help="Decoded pixels of all uploaded images of a request, read from their headers (413).",
 )
-@click.option(
-    "--max-connections",
-    type=click.IntRange(1),
-    default=DEFAULT_MAX_CONNECTIONS,
-    show_default=True,
-    help="Open connections (and requests) at once; more get 503 at once.",
-)
-@click.option(
-    "--keep-alive-timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=DEFAULT_KEEP_ALIVE_S,
-    show_default=True,
-    help="Seconds an idle keep-alive connection is kept open.",
-)
+@connection_options
 @click.option(
     "--public-url",
     default=None,
@@ -291,9 +285,9 @@ def serve(
     max_frames: int,
     max_outputs: int,
     max_aspect_ratio: float,
+    max_cost: int,
     max_upload_pixels: int,
-    max_connections: int,
-    keep_alive_timeout: float,
+    connections: dict[str, float],
     public_url: str | None,
     no_warmup: bool,
     warmup_request: str | None,
@@ -367,9 +361,9 @@ def serve(
             max_frames=max_frames or None,
             max_outputs=max_outputs or None,
             max_aspect_ratio=max_aspect_ratio or None,
+            max_cost=max_cost or None,
             max_upload_pixels=max_upload_pixels,
-            max_connections=max_connections,
-            keep_alive_s=keep_alive_timeout,
+            **connections,
             public_url=public_url,
             options=options,
             **({"state_dir": state_dir} if state_dir is not None else {}),
@@ -387,11 +381,4 @@ def serve(
         f"http://{host}:{port} (state: {config.state_dir})",
         err=True,
     )
-    serve_draining(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        timeout_keep_alive=config.keep_alive_s,
-        limit_concurrency=config.max_connections,
-    )
+    serve_draining(app, host=host, port=port, log_level=log_level)

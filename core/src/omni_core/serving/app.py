@@ -7,6 +7,8 @@ This module only assembles the app; the parts live by job:
 - :mod:`~omni_core.serving.models` — loading, warm-up, health of the served models; ``pick``
 - :mod:`~omni_core.serving.jobs` — the video-job state machine (persisted, resumed on restart)
 - :mod:`~omni_core.serving.http` — reading bodies, forms and uploads with limits
+- :mod:`~omni_core.serving.connections` — header and body deadlines at the socket
+- :mod:`~omni_core.serving.guards` — Host and cross-origin checks (drive-by use from web pages)
 - :mod:`~omni_core.serving.openapi` — the documented bodies of hand-parsed routes
 - :mod:`~omni_core.serving.routes` — one module per resource: images, videos, speech, chat,
   system
@@ -26,7 +28,9 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from omni_core.engine import EngineStoppedError
 from omni_core.serving.config import ModelSource, ServerConfig
 from omni_core.serving.errors import APIError, from_exception, install_handlers
+from omni_core.serving.guards import BrowserGuardMiddleware
 from omni_core.serving.metrics import MetricsMiddleware
+from omni_core.serving.openapi import document_errors
 from omni_core.serving.routes import chat, images, speech, system, videos
 from omni_core.serving.state import ServerState
 
@@ -78,6 +82,7 @@ def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = N
     app.state.omni = state
     install_handlers(app)
     app.add_middleware(DrainMiddleware, state=state)
+    app.add_middleware(BrowserGuardMiddleware, config=config)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
 
     async def require_key(request: Request) -> None:
@@ -101,11 +106,13 @@ def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = N
         routes.add_routes(v1, state)
     app.include_router(v1)
     system.add_open_routes(app, state)
+    document_errors(app)
     return app
 
 
 def serve_draining(app: FastAPI, **options: Any) -> None:
-    """Run ``app`` on uvicorn (``options``: ``uvicorn.Config``'s), draining on SIGTERM.
+    """Run ``app`` on uvicorn (``options``: ``uvicorn.Config``'s, over the connection limits of
+    the config, :func:`~omni_core.serving.connections.uvicorn_options`), draining on SIGTERM.
 
     Why not plain ``uvicorn.run``: on SIGTERM uvicorn closes the socket first (new clients get
     connection refused) and lets queued work start while it waits. Here the first SIGTERM or
@@ -138,7 +145,10 @@ def serve_draining(app: FastAPI, **options: Any) -> None:
             finally:
                 self.should_exit = True
 
+    from omni_core.serving.connections import uvicorn_options
+
     options.setdefault("timeout_graceful_shutdown", 5)  # after the drain: only replies to send
+    options = {**uvicorn_options(state.config), **options}
     DrainingServer(uvicorn.Config(app, **options)).run()
 
 

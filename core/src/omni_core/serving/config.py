@@ -18,9 +18,16 @@ DEFAULT_MAX_OUTPUTS = 4
 DEFAULT_MAX_ASPECT_RATIO = 8.0
 DEFAULT_MAX_UPLOAD_PIXELS = 4 * 4096 * 4096
 DEFAULT_REQUEST_TIMEOUT_S = 1800.0
+#: Pixel-steps (width x height x frames x steps x n) of one request: 1280x720 x 241 frames x 50
+#: steps passes (1.1e10); 2048x2048 x 241 frames x 50 steps (5.1e10) does not.
+DEFAULT_MAX_COST = 16_000_000_000
 #: Connections uvicorn holds at once (more get 503 at once) and idle keep-alive seconds.
 DEFAULT_MAX_CONNECTIONS = 1024
 DEFAULT_KEEP_ALIVE_S = 5.0
+#: Seconds a client may take to send a request's headers, and then its body (slow clients that
+#: hold connections open are closed; see omni_core.serving.connections).
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_BODY_TIMEOUT_S = 60.0
 
 
 class ModelSource(BaseModel):
@@ -57,6 +64,8 @@ class ServerConfig(BaseModel):
     #: anything is decoded (a 1 MB PNG can decode to gigabytes).
     max_upload_pixels: int = Field(DEFAULT_MAX_UPLOAD_PIXELS, ge=1)
     allowed_url_hosts: tuple[str, ...] = ()
+    #: Seconds an allowed-host URL fetch may take in all (connect, headers, body).
+    url_fetch_timeout_s: float = Field(20.0, gt=0)
     #: Base of the absolute ``url``s in image responses (``--public-url``, e.g. behind a proxy);
     #: None: the base URL the request came in on.
     public_url: str | None = Field(None, max_length=2000, pattern=r"^https?://")
@@ -70,6 +79,7 @@ class ServerConfig(BaseModel):
     max_frames: int | None = Field(DEFAULT_MAX_FRAMES, ge=1)
     max_outputs: int | None = Field(DEFAULT_MAX_OUTPUTS, ge=1)
     max_aspect_ratio: float | None = Field(DEFAULT_MAX_ASPECT_RATIO, ge=1)
+    max_cost: int | None = Field(DEFAULT_MAX_COST, ge=1)
     warmup: bool = True
     #: Shared request fields of the warm-up of image and video models (e.g. a small size).
     warmup_request: dict[str, Any] = Field(default_factory=dict)
@@ -77,6 +87,10 @@ class ServerConfig(BaseModel):
     #: uvicorn's connection cap (``limit_concurrency``) and idle keep-alive timeout.
     max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, ge=1)
     keep_alive_s: float = Field(DEFAULT_KEEP_ALIVE_S, gt=0)
+    #: From a connection's opening (or the previous response's end) to the end of the headers,
+    #: and from there to the end of the body; past either the connection is closed.
+    header_timeout_s: float = Field(DEFAULT_HEADER_TIMEOUT_S, gt=0)
+    body_timeout_s: float = Field(DEFAULT_BODY_TIMEOUT_S, gt=0)
     #: Extra loading options passed to every pipeline (e.g. ``text_encoder_device``).
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -97,6 +111,7 @@ class ServerConfig(BaseModel):
             max_frames=self.max_frames,
             max_outputs=self.max_outputs,
             max_aspect_ratio=self.max_aspect_ratio,
+            max_cost=self.max_cost,
         )
 
     def load_options(self) -> dict[str, Any]:

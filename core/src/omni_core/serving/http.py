@@ -18,8 +18,10 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 from starlette.datastructures import FormData, UploadFile
 from starlette.formparsers import MultiPartException
+from starlette.requests import ClientDisconnect
 
 from omni_core.engine import Job
+from omni_core.serving import media
 from omni_core.serving.config import ServerConfig
 from omni_core.serving.errors import APIError, from_exception, from_validation_error, invalid
 from omni_core.serving.models import ServedModel
@@ -44,14 +46,30 @@ async def read_body(request: Request, limit: int) -> bytes:
     _too_large(request, limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise APIError(
-                413, f"request body exceeds the limit of {limit} bytes", code="request_too_large"
-            )
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise APIError(
+                    413,
+                    f"request body exceeds the limit of {limit} bytes",
+                    code="request_too_large",
+                )
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise _gone() from None
     return b"".join(chunks)
+
+
+def _gone() -> APIError:
+    """The client left (or was cut off by the body deadline) before its body ended: nobody is
+    left to read the answer, but the route stops here without a traceback."""
+    return APIError(
+        400,
+        "the connection closed before the whole request body arrived",
+        code="incomplete_body",
+        headers={"Connection": "close"},
+    )
 
 
 #: Deepest nesting of a JSON body (objects and arrays); real bodies use 3 or 4 levels.
@@ -149,6 +167,8 @@ async def read_form(request: Request, config: ServerConfig, *, images: bool = Tr
             f"invalid multipart body: {message}",
             code="request_too_large" if status == 413 else "invalid_multipart",
         ) from None
+    except ClientDisconnect:
+        raise _gone() from None
     except (AssertionError, ValueError, UnicodeDecodeError) as exc:
         raise APIError(400, f"invalid multipart body: {exc}", code="invalid_multipart") from None
     if images:
@@ -158,26 +178,6 @@ async def read_form(request: Request, config: ServerConfig, *, images: bool = Tr
             await form.close()
             raise
     return form
-
-
-#: The image formats uploads may use (what the error messages promise).
-IMAGE_FORMATS = ("PNG", "JPEG", "WEBP")
-
-
-def image_header(data: Any, param: str) -> tuple[int, int]:
-    """``(width, height)`` of an image from its header alone (Pillow's lazy open: nothing is
-    decoded); anything but png, jpeg or webp is a 400 naming ``param``."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(data, formats=IMAGE_FORMATS) as img:
-            return img.size
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        raise invalid(
-            f"{param}: the file is not a readable image (png, jpeg or webp)",
-            param,
-            code="invalid_image",
-        ) from None
 
 
 def _check_image_headers(form: FormData, config: ServerConfig) -> None:
@@ -194,7 +194,7 @@ def _check_image_headers(form: FormData, config: ServerConfig) -> None:
             upload.file.seek(0)
             continue  # empty: the decoder names it
         upload.file.seek(0)
-        width, height = image_header(upload.file, param)
+        width, height = media.image_header(upload.file, param)
         upload.file.seek(0)
         total += width * height
         if total > max_pixels:

@@ -32,6 +32,58 @@ IMAGE_FORMATS = {
 }
 
 
+#: The image formats inputs may use (what the error messages promise); Pillow opens no other.
+INPUT_FORMATS = ("PNG", "JPEG", "WEBP")
+#: Seconds an allowed-host URL fetch may take in all (connect, headers and body) unless the
+#: caller says (``ServerConfig.url_fetch_timeout_s``): a server sending a byte a second cannot
+#: hold a request for longer.
+FETCH_DEADLINE_S = 20.0
+
+
+def image_header(data: Any, param: str) -> tuple[int, int]:
+    """``(width, height)`` of an image (bytes or a file) from its header alone (Pillow's lazy
+    open: nothing is decoded); anything but png, jpeg or webp is a 400 naming ``param``."""
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(data, bytes | bytearray):
+        data = io.BytesIO(data)
+    try:
+        with Image.open(data, formats=INPUT_FORMATS) as img:
+            return img.size
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        raise invalid(
+            f"{param}: the file is not a readable image (png, jpeg or webp)",
+            param,
+            code="invalid_image",
+        ) from None
+
+
+def check_pixels(blobs: list[tuple[str, bytes]], max_pixels: int) -> None:
+    """The decoded pixels of all ``(param, bytes)`` images of one request, read from their
+    headers before anything is decoded, must fit ``max_pixels`` (413 naming the image)."""
+    total = 0
+    for param, data in blobs:
+        if not data:
+            continue  # empty: the decoder names it
+        width, height = image_header(data, param)
+        total += width * height
+        if total > max_pixels:
+            raise APIError(
+                413,
+                f"{param}: the input images decode to {total} pixels, above this server's "
+                f"limit of {max_pixels} (--max-upload-pixels); send smaller images",
+                param=param,
+                code="image_too_large",
+            )
+
+
+def decode_images(blobs: list[tuple[str, bytes]], max_pixels: int) -> list[Image.Image]:
+    """Every ``(param, bytes)`` image of a request -> RGB images, the pixel budget checked
+    from the headers first (:func:`check_pixels`): uploads, URLs and data URLs alike."""
+    check_pixels(blobs, max_pixels)
+    return [decode_image(data, param) for param, data in blobs]
+
+
 def decode_image(data: bytes, param: str = "image") -> Image.Image:
     """Bytes of an uploaded image -> RGB PIL image, or a 400 naming ``param``."""
     from PIL import Image, UnidentifiedImageError
@@ -39,7 +91,7 @@ def decode_image(data: bytes, param: str = "image") -> Image.Image:
     if not data:
         raise invalid(f"{param}: the uploaded file is empty", param, code="invalid_image")
     try:
-        with Image.open(io.BytesIO(data), formats=("PNG", "JPEG", "WEBP")) as img:
+        with Image.open(io.BytesIO(data), formats=INPUT_FORMATS) as img:
             width, height = img.size
             if width * height > MAX_IMAGE_PIXELS:
                 raise invalid(
@@ -116,30 +168,45 @@ def stream_encoder(fmt: str, sample_rate: int) -> tuple[Any, int]:
     return audio.StreamEncoder(fmt, sample_rate), sample_rate
 
 
-def parse_data_url(value: str, param: str) -> bytes:
+def _too_big(param: str, size: int | str, max_bytes: int) -> APIError:
+    return APIError(
+        413,
+        f"{param}: the image is {size} bytes, above this server's limit of "
+        f"{max_bytes / (1024 * 1024):g} MB per image (--max-upload-mb); send a smaller image",
+        param=param,
+        code="file_too_large",
+    )
+
+
+def parse_data_url(value: str, param: str, max_bytes: int | None = None) -> bytes:
+    """``data:image/...;base64,...`` -> its bytes; with ``max_bytes``, the size is checked
+    from the length of the text before anything is decoded."""
     header, _, payload = value.partition(",")
     if not header.startswith("data:") or ";base64" not in header:
         raise invalid(f"{param}: expected a base64 data URL", param, code="invalid_image")
+    if max_bytes is not None and len(payload) * 3 // 4 > max_bytes + 2:
+        raise _too_big(param, f"about {len(payload) * 3 // 4}", max_bytes)
     try:
-        return base64.b64decode(payload, validate=True)
+        data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise invalid(f"{param}: invalid base64 data", param, code="invalid_image") from None
+    if max_bytes is not None and len(data) > max_bytes:
+        raise _too_big(param, len(data), max_bytes)
+    return data
 
 
 async def fetch_url(
-    url: str, *, param: str, allowed_hosts: frozenset[str], max_bytes: int
+    url: str,
+    *,
+    param: str,
+    allowed_hosts: frozenset[str],
+    max_bytes: int,
+    deadline_s: float = FETCH_DEADLINE_S,
 ) -> bytes:
-    """Fetch an image URL only if its host is allow-listed; size-bounded, no redirects."""
+    """Fetch an image URL only if its host is allow-listed: size-bounded, no redirects, and
+    finished within ``deadline_s`` in all (a slow server cannot hold the request)."""
     if url.startswith("data:"):
-        data = parse_data_url(url, param)
-        if len(data) > max_bytes:
-            raise APIError(
-                413,
-                f"{param}: image larger than {max_bytes} bytes",
-                param=param,
-                code="file_too_large",
-            )
-        return data
+        return parse_data_url(url, param, max_bytes)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise invalid(
@@ -154,13 +221,27 @@ async def fetch_url(
             param,
             code="url_fetch_disabled",
         )
+    import asyncio
+
+    try:
+        async with asyncio.timeout(deadline_s):
+            return await _download(url, param, max_bytes, min(10.0, deadline_s))
+    except TimeoutError:
+        raise invalid(
+            f"{param}: fetching the URL took longer than {deadline_s:g} s",
+            param,
+            code="url_fetch_failed",
+        ) from None
+
+
+async def _download(url: str, param: str, max_bytes: int, timeout: float) -> bytes:
     import httpx
 
     chunks: list[bytes] = []
     size = 0
     try:
         async with (
-            httpx.AsyncClient(timeout=10.0, follow_redirects=False) as client,
+            httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client,
             client.stream("GET", url) as response,
         ):
             if response.status_code != 200:
@@ -172,12 +253,7 @@ async def fetch_url(
             async for chunk in response.aiter_bytes():
                 size += len(chunk)
                 if size > max_bytes:
-                    raise APIError(
-                        413,
-                        f"{param}: image larger than {max_bytes} bytes",
-                        param=param,
-                        code="file_too_large",
-                    )
+                    raise _too_big(param, f"more than {max_bytes}", max_bytes)
                 chunks.append(chunk)
     except httpx.HTTPError as exc:
         raise invalid(

@@ -8,9 +8,13 @@ names the field. Limits here are the server's; the pipeline adds its own (sizes,
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+#: Longest URL field (a data URL holds a whole image): the body limit bounds it; the image's
+#: bytes are held to ``--max-upload-mb`` with a message naming that limit.
+URL_MAX_CHARS = 64 * 1024 * 1024
 
 _SIZE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
 
@@ -74,7 +78,6 @@ class ImageGenerationBody(_DiffusionFields):
     moderation: str | None = Field(None, description="Accepted for compatibility; ignored.")
     user: str | None = Field(None, description="Accepted for compatibility; ignored.")
 
-
     @field_validator("output_format", mode="before")
     @classmethod
     def _jpg(cls, value: Any) -> Any:
@@ -94,9 +97,9 @@ class VideoBody(_DiffusionFields):
         None, max_length=8, description="Clip length; becomes num_frames = seconds * fps + 1."
     )
     num_frames: int | None = Field(None, ge=1, le=1024)
-    input_reference: str | dict[str, Any] | None = Field(
-        None, description="JSON only: an image URL / data URL, or {'image_url': ...}."
-    )
+    input_reference: (
+        Annotated[str, StringConstraints(max_length=URL_MAX_CHARS)] | dict[str, Any] | None
+    ) = Field(None, description="JSON only: an image URL / data URL, or {'image_url': ...}.")
 
     @field_validator("seconds", mode="before")
     @classmethod
@@ -150,9 +153,7 @@ class ChatBody(_Body):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     n: int = Field(1, ge=1, le=10, description="Choices, each with its own image.")
-    num_outputs_per_prompt: int = Field(
-        1, ge=1, le=10, description="vLLM-Omni: images per choice."
-    )
+    num_outputs_per_prompt: int = Field(1, ge=1, le=10, description="vLLM-Omni: images per choice.")
     modalities: list[str] | None = Field(
         None, description='Output modalities; ["image"] is served (text/audio later).'
     )

@@ -122,15 +122,17 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         prompt, urls = _prompt(body, request)
         if len(urls) > config.max_images:
             raise invalid(f"messages: at most {config.max_images} images", "messages")
-        images = []
+        blobs = []
         for i, url in enumerate(urls):
             blob = await media.fetch_url(
                 url,
                 param=f"image_url[{i}]",
                 allowed_hosts=state.allowed_hosts,
                 max_bytes=config.max_upload_bytes,
+                deadline_s=config.url_fetch_timeout_s,
             )
-            images.append(await asyncio.to_thread(media.decode_image, blob, f"image_url[{i}]"))
+            blobs.append((f"image_url[{i}]", blob))
+        images = await asyncio.to_thread(media.decode_images, blobs, config.max_upload_pixels)
         if images:
             served = pick(state.models, served.id, "image", task="i2i")
         per_choice = body.num_outputs_per_prompt

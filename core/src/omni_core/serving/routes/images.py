@@ -184,6 +184,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 param=param,
                 allowed_hosts=state.allowed_hosts,
                 max_bytes=config.max_upload_bytes,
+                deadline_s=config.url_fetch_timeout_s,
             )
             blobs.append((param, fetched))
         if not blobs:
@@ -193,7 +194,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 param="image",
                 code="missing_required_parameter",
             )
-        images = [await asyncio.to_thread(media.decode_image, b, p) for p, b in blobs]
+        images = await asyncio.to_thread(media.decode_images, blobs, config.max_upload_pixels)
         shared = {**diffusion_fields(body), "num_outputs": body.n, "images": images}
         if body.size is None:  # vLLM-Omni's default: the input image's size
             compat.default_size(served.pipeline, shared, body.extras(), images[0].size, request)

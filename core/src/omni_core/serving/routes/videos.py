@@ -124,6 +124,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 param="input_reference",
                 allowed_hosts=state.allowed_hosts,
                 max_bytes=config.max_upload_bytes,
+                deadline_s=config.url_fetch_timeout_s,
             )
         return served, body, image_bytes
 
@@ -138,9 +139,8 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             fields["num_frames"] = body.num_frames
         images = []
         if image_bytes is not None:
-            images.append(
-                await asyncio.to_thread(media.decode_image, image_bytes, "input_reference")
-            )
+            blobs = [("input_reference", image_bytes)]
+            images += await asyncio.to_thread(media.decode_images, blobs, config.max_upload_pixels)
         extras = body.extras()
         if seconds is None and "num_frames" in fields:
             trial = {**fields, "images": images}
