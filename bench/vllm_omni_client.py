@@ -15,7 +15,7 @@ checkpoints (the plugins' builders, real layout) in `--work-dir` and starts `omn
 (CPU is enough; `--serve-python` names a Python with omni when the client's has none);
 otherwise it targets `--base-url` and the model ids given.
 
-    python3 bench/vllm_omni_client.py --backends /path/to/vllm-omni/benchmarks/diffusion/backends.py \\
+    python3 bench/vllm_omni_client.py --backends VLLM_OMNI/benchmarks/diffusion/backends.py \\
         --tiny-serve --work-dir /tmp/vbench --concurrency 1 4 --num-prompts 4 \\
         --out bench/results/vllm-omni-client-cpu.json
 """
