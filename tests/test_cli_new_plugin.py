@@ -56,6 +56,15 @@ def test_every_kind_writes_a_complete_package(kind: str, tmp_path: Path) -> None
     assert f'omni-demo-{kind} = "{module}.plugin"' in pyproject
     assert "omni-core" in pyproject and ">=0.2,<0.3" in pyproject
     assert "torch==2.13.0" in (root / "tox.ini").read_text()
+    # Only a model needs the runtime (diffusers, transformers); a kernel needs torch alone.
+    assert ("omni-core[runtime]" in pyproject) == (kind == "model"), pyproject
+    assert ("torch>=" in pyproject) == (kind in ("attention", "cache", "quantizer")), pyproject
+    readme = (root / "README.md").read_text()
+    assert "](http" not in readme, readme  # no placeholder links
+    if kind in ("attention", "cache", "quantizer"):
+        # The comparison the implementation's docstring promises is generated with it.
+        comparison = (root / f"tests/test_{module}_{impl_module}.py").read_text()
+        assert f"from {module}.{impl_module} import" in comparison
     plugin_source = (root / f"src/{module}/plugin.py").read_text()
     assert f"def {hook}(" in plugin_source and "@hookimpl" in plugin_source
     assert f'"{module}.{impl_module}:' in plugin_source
@@ -105,7 +114,8 @@ def test_generated_plugin_installed_with_pip_is_listed_and_its_own_test_passes(
         cwd=package, capture_output=True, text=True, env=env, timeout=300,
     )
     assert own_test.returncode == 0, own_test.stdout[-3000:]
-    assert "1 passed" in own_test.stdout
+    # Discoverable, and the backend matches torch's SDPA (6 cases): torch is all it imports.
+    assert "7 passed" in own_test.stdout, own_test.stdout[-1000:]
 
 
 def test_the_model_kind_is_a_staged_pipeline_with_its_denoiser_and_uses_only_the_sdk(

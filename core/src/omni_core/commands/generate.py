@@ -158,9 +158,7 @@ def generate_video(
 )
 @click.option("-n", "num_outputs", type=click.IntRange(1, 16), default=1, help="Images.")
 @_common_options
-def generate_image(
-    model: str, prompt: str, output: Path, num_outputs: int, **options: Any
-) -> None:
+def generate_image(model: str, prompt: str, output: Path, num_outputs: int, **options: Any) -> None:
     """Generate an image from PROMPT with MODEL (a folder or a Hub id)."""
     if output.suffix.lower() not in (".png", ".jpg", ".jpeg", ".webp"):
         raise click.BadParameter(
@@ -280,7 +278,9 @@ def _run(
 
     from omni_core.api import Omni
 
-    if not quiet:
+    if quiet:
+        _no_library_progress_bars()
+    else:
         click.echo(f"loading {model} with {spec.name} ...", err=True)
     started = time.perf_counter()
     with Omni(
@@ -300,6 +300,19 @@ def _run(
         finally:
             bar.close()
     return result, time.perf_counter() - started
+
+
+def _no_library_progress_bars() -> None:
+    """``-q``: no weight-loading bars either. The Hugging Face libraries read this variable when
+    they are first imported, which in ``omni generate`` happens after this point (the weights
+    load lazily); huggingface_hub's own bars are switched off too if it is imported already."""
+    import os
+
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
 
 
 class _ProgressBar:

@@ -2,7 +2,9 @@
 
 The package has a pyproject with the ``omni`` entry point, a ``plugin.py`` whose hook registers a
 spec of the chosen kind, the implementation module that spec points at, README, CHANGELOG,
-tox.ini and a first test: "my plugin is discoverable and its specs validate".
+tox.ini and a first test: "my plugin is discoverable and its specs validate". The attention,
+cache and quantizer kinds also get the comparison their implementation promises (against torch's
+SDPA, the uncached module, the full-precision model) and depend on torch alone, not the runtime.
 
 The ``model`` kind is a complete staged pipeline around a small diffusion transformer
 (``denoiser.py``), with a ``testing.py`` that writes a tiny random-weight checkpoint and a test
@@ -28,8 +30,11 @@ KINDS: dict[str, tuple[str, str, str, str, bool]] = {
     "model": ("omni_register_pipelines", "pipelines", "pipeline", "pipeline", True),
     "platform": ("omni_register_platforms", "platforms", "platform", "platform", False),
     "attention": (
-        "omni_register_attention_backends", "attention_backends", "attention",
-        "attention backend", True,
+        "omni_register_attention_backends",
+        "attention_backends",
+        "attention",
+        "attention backend",
+        True,
     ),
     "cache": ("omni_register_cache_backends", "cache_backends", "cache", "cache backend", True),
     "quantizer": ("omni_register_quantizers", "quantizers", "quantizer", "quantizer", True),
@@ -79,6 +84,14 @@ def validate_name(name: str) -> dict[str, str]:
     return names
 
 
+def requirements(kind: str, needs_torch: bool) -> list[str]:
+    """What a generated package depends on: the runtime extra only for a model (a pipeline needs
+    diffusers and transformers), torch alone for a kernel kind, omni-core alone otherwise."""
+    if kind == "model":
+        return [f"omni-core[runtime]{CORE_RANGE}"]
+    return [f"omni-core{CORE_RANGE}", *(["torch>=2.4"] if needs_torch else [])]
+
+
 def render(text: str, values: dict[str, str]) -> str:
     for key, value in values.items():
         text = text.replace("{{" + key + "}}", value)
@@ -106,9 +119,7 @@ def write_plugin(name: str, kind: str, output: Path) -> Path:
         "impl_module": impl_module,
         "api": PLUGIN_API_VERSION,
         "description": f"The {names['spec_name']} {singular} for omni.",
-        "core_requirement": (
-            f"omni-core[runtime]{CORE_RANGE}" if needs_torch else f"omni-core{CORE_RANGE}"
-        ),
+        "dependencies": ", ".join(f'"{d}"' for d in requirements(kind, needs_torch)),
         "core_range": CORE_RANGE,
     }
     root = resources.files("omni_core").joinpath(TEMPLATE_ROOT)

@@ -21,6 +21,20 @@ from omni_qwen.extras import QwenImageExtras
 
 #: Output area edits default to (and Edit-2509's VAE input area).
 EDIT_AREA = 1024 * 1024
+#: The side of the default text-to-image size, in pixels: diffusers' default for Qwen-Image
+#: (128 latents x the real VAE's factor 8), whatever VAE factor a checkpoint has (a tiny one's
+#: 16 must not make the default 2048x2048, the largest size the model knows).
+DEFAULT_SIDE = 1024
+#: Qwen-Image's native sizes (its model card); an error message lists those the checkpoint takes.
+NATIVE_SIZES = (
+    (1328, 1328),
+    (1664, 928),
+    (928, 1664),
+    (1472, 1140),
+    (1140, 1472),
+    (1584, 1056),
+    (1056, 1584),
+)
 DEFAULT_STEPS = 50
 DEFAULT_CFG = 4.0
 
@@ -140,8 +154,7 @@ def check_request(
         )
     if count > high:
         raise InvalidRequestError(
-            f"{family} takes at most {high} input image{'s' if high > 1 else ''}, "
-            f"got {count}",
+            f"{family} takes at most {high} input image{'s' if high > 1 else ''}, got {count}",
             param="images",
         )
     images = [load_image(image, i) for i, image in enumerate(request.images)]
@@ -152,18 +165,11 @@ def check_request(
         width = width or calc_w // layout.multiple * layout.multiple
         height = height or calc_h // layout.multiple * layout.multiple
     else:
-        default = 128 * layout.vae_scale_factor
+        default = max(layout.multiple, DEFAULT_SIDE // layout.multiple * layout.multiple)
         height, width = height or default, width or default
     for name, value in (("height", height), ("width", width)):
         if value % layout.multiple or value < layout.multiple:
-            low_size = max(layout.multiple, value // layout.multiple * layout.multiple)
-            raise InvalidRequestError(
-                f"{name}={value}: this model makes sizes in multiples of {layout.multiple} "
-                f"pixels (VAE x{layout.vae_scale_factor} times the 2x2 patch), e.g. "
-                f"{low_size} or {low_size + layout.multiple}; native sizes include "
-                "1328x1328, 1664x928, 928x1664, 1472x1140, 1140x1472, 1584x1056, 1056x1584",
-                param="size",
-            )
+            raise InvalidRequestError(size_error(name, value, layout), param="size")
     steps = request.num_inference_steps or DEFAULT_STEPS
     if steps < layout.min_steps:
         raise InvalidRequestError(
@@ -190,6 +196,20 @@ def check_request(
             "num_inference_steps": steps,
             "extras": {**extras.model_dump(), "true_cfg_scale": None},
         }
+    )
+
+
+def size_error(name: str, value: int, layout: QwenLayout) -> str:
+    """Why ``value`` cannot be a side: the multiple, the two nearest sides that work, and the
+    native sizes this checkpoint takes (only those: a tiny VAE's multiple of 32 excludes 1328)."""
+    multiple = layout.multiple
+    low = value // multiple * multiple
+    near = str(multiple) if value < multiple else f"{low} or {low + multiple}"
+    native = [f"{w}x{h}" for w, h in NATIVE_SIZES if w % multiple == 0 and h % multiple == 0]
+    return (
+        f"{name}={value}: this checkpoint makes sides in multiples of {multiple} pixels "
+        f"(its VAE's factor {layout.vae_scale_factor} times the 2x2 patch); the nearest are {near}"
+        + (f"; native sizes it takes: {', '.join(native)}" if native else "")
     )
 
 

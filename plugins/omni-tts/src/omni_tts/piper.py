@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from omni_core import (
     ConfigError,
     GenerationRequest,
+    InvalidRequestError,
     ModelNotFoundError,
     PipelineOptions,
     StreamingSpeechPipeline,
@@ -52,6 +53,20 @@ class PiperExtras(BaseModel):
     noise_scale: float | None = Field(None, ge=0.0, le=2.0, description="Generator noise.")
     noise_w_scale: float | None = Field(None, ge=0.0, le=2.0, description="Duration noise.")
     normalize: bool = Field(True, description="Peak-normalise each sentence (Piper's default).")
+
+
+def check_seed(request: GenerationRequest) -> None:
+    """A ``seed`` with Piper's noise on is a 400 naming it (the noise cannot be seeded)."""
+    extras = request.extras
+    if request.seed is not None and (
+        extras.get("noise_scale") != 0 or extras.get("noise_w_scale") != 0
+    ):
+        raise InvalidRequestError(
+            "seed: Piper draws its noise inside onnxruntime, which cannot be seeded; omit seed, "
+            "or set noise_scale=0 and noise_w_scale=0 (extras) for output that is the same on "
+            "every run",
+            param="seed",
+        )
 
 
 @dataclass
@@ -214,6 +229,20 @@ class PiperPipeline(StreamingSpeechPipeline):
                 voice = PiperVoice.load(self.files[name].model, use_cuda=use_cuda)
                 self._loaded[name] = voice
             return voice
+
+    def validate(self, request: GenerationRequest) -> GenerationRequest:
+        """The extras, and ``seed`` honoured or refused, never ignored: Piper's noise is drawn
+        inside onnxruntime, which takes no seed, so a seed is accepted only with both noise
+        scales at 0 (output is then the same on every run, as a seed promises)."""
+        request = super().validate(request)
+        check_seed(request)
+        return request
+
+    @classmethod
+    def precheck(cls, path: Path, request: GenerationRequest) -> GenerationRequest:
+        request = super().precheck(path, request)
+        check_seed(request)
+        return request
 
     def synthesis_config(self, request: GenerationRequest) -> tuple[str, Any]:
         """The voice name and ``piper.SynthesisConfig`` a request maps to."""
