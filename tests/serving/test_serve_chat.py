@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+from typing import Any
 
 import pytest
 
@@ -145,7 +146,7 @@ def test_chat_streaming_raw_sse(live_server, http) -> None:
     ("change", "param"),
     [
         ({"messages": []}, "messages"),
-        ({"messages": [{"role": "system", "content": "be nice"}]}, "messages"),
+        ({"messages": [{"role": "system", "content": "be nice"}]}, "messages[0]"),
         ({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}, None),
         ({"modalities": ["text"]}, "modalities"),
         ({"tools": [{"type": "function"}]}, "tools"),
@@ -161,6 +162,28 @@ def test_chat_invalid_requests(live_server, http, change, param) -> None:
     live_server.need("qwen")
     body = {"model": "qwen", "messages": [{"role": "user", "content": "x"}], **change}
     _error(http.post(CHAT, json=body), 400, param)
+
+
+def test_chat_reads_every_user_turn_and_refuses_other_roles(live_server, http) -> None:
+    """As vLLM-Omni: the user messages' texts, in order, are the prompt (and their images the
+    inputs); a system or assistant turn is a 400 naming it, never dropped."""
+    live_server.need("qwen")
+    knobs = {"size": "32x32", "num_inference_steps": 2, "seed": 5}
+
+    def image(messages: list[dict[str, Any]]) -> str:
+        response = http.post(CHAT, json={"model": "qwen", "messages": messages, **knobs})
+        assert response.status_code == 200, response.text
+        assert "messages" not in response.headers.get("x-omni-ignored-fields", "")
+        return response.json()["choices"][0]["message"]["content"][0]["image_url"]["url"]
+
+    turns = [{"role": "user", "content": "a red barn"}, {"role": "user", "content": "at night"}]
+    both = image(turns)
+    assert both == image([{"role": "user", "content": "a red barn at night"}])
+    assert both != image(turns[1:])
+    for role in ("system", "assistant", "developer"):
+        body = {"model": "qwen", "messages": [{"role": role, "content": "be nice"}, *turns]}
+        error = _error(http.post(CHAT, json=body), 400, "messages[0]")
+        assert role in error["message"]
 
 
 def test_chat_refuses_non_image_models_and_foreign_urls(live_server, http) -> None:

@@ -58,10 +58,34 @@ def test_generations_width_height_jpg_and_absolute_url(live_server, http) -> Non
     assert fetched.status_code == 200 and fetched.headers["content-type"] == "image/jpeg"
 
 
+def test_generations_response_format_file(live_server, http) -> None:
+    """vLLM-Omni's "file": the image itself as an attachment; a zip of them when n > 1."""
+    import io
+    import zipfile
+
+    from PIL import Image
+
+    live_server.need("qwen")
+    body = {"model": "qwen", "prompt": "x", **QWEN_SIZE, "response_format": "file"}
+    one = http.post(GEN, json={**body, "output_format": "webp"})
+    assert one.status_code == 200, one.text
+    assert one.headers["content-type"] == "image/webp"
+    assert one.headers["content-disposition"].startswith("attachment; filename=")
+    with Image.open(io.BytesIO(one.content)) as image:
+        assert image.format == "WEBP" and image.size == (32, 32)
+    two = http.post(GEN, json={**body, "n": 2})
+    assert two.status_code == 200 and two.headers["content-type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(two.content)) as archive:
+        assert archive.namelist() == ["image_0.png", "image_1.png"]
+        for name in archive.namelist():
+            with Image.open(io.BytesIO(archive.read(name))) as image:
+                assert image.size == (32, 32)
+
+
 @pytest.mark.parametrize(
     ("change", "param"),
     [
-        ({"response_format": "file"}, "response_format"),
+        ({"response_format": "zip"}, "response_format"),
         ({"width": 32}, "width"),
         ({"width": 32, "height": 32, "size": "64x64"}, "size"),
         ({"lora": {"name": "x"}}, "lora"),

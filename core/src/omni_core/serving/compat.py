@@ -7,7 +7,7 @@ and every field it names gets exactly one of three outcomes (``sdk-docs/docs/ser
 - **honoured**: renamed or reshaped onto omni's field (``width``/``height`` -> ``size``,
   ``num_outputs_per_prompt`` -> ``n``, a nested ``extra_body`` merged into the body);
 - **refused**: a 400 naming the field and why, when it would change the output and omni cannot
-  do what it asks (``ref_audio``, ``response_format: "file"``);
+  do what it asks (``ref_audio``, ``lora`` where unsupported);
 - **ignored and reported**: dropped only when it steers another server's internals and cannot
   change this output (``bot_task``, ``temperature`` of an image request); the names come back
   in the ``X-Omni-Ignored-Fields`` response header.
@@ -98,8 +98,9 @@ _IMAGE: dict[str, Rule] = {
     "num_outputs_per_prompt": Rule("rename", "n"),
     "response_format": Rule(
         "refuse",
-        accept=lambda v: v in (None, "b64_json", "url"),
-        why="omni answers 'b64_json' or 'url' (an absolute URL of the stored file)",
+        accept=lambda v: v in (None, "b64_json", "url", "file"),
+        why="omni answers 'b64_json', 'url' (an absolute URL of the stored file) or 'file' "
+        "(the image itself; a zip of them when n > 1)",
     ),
 }
 

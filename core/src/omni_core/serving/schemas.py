@@ -68,7 +68,11 @@ class ImageGenerationBody(_DiffusionFields):
     """POST /v1/images/generations."""
 
     n: int = Field(1, ge=1, le=10)
-    response_format: Literal["b64_json", "url"] = "b64_json"
+    response_format: Literal["b64_json", "url", "file"] = Field(
+        "b64_json",
+        description='"b64_json", "url", or vLLM-Omni\'s "file": the image bytes themselves '
+        "(a zip of image_<i>.<ext> when n > 1).",
+    )
     output_format: Literal["png", "jpeg", "webp"] = Field(
         "png", description='"png", "jpeg" (or "jpg") or "webp".'
     )

@@ -1,12 +1,14 @@
 """``POST /v1/chat/completions`` for image models: vLLM-Omni's main path for text-to-image and
 image editing, with OpenAI's chat shapes.
 
-The prompt is the text of the last user message and its ``image_url`` parts (data URLs; http(s)
-only for ``--allowed-url-hosts``) are the input images. The answer is a ``chat.completion``
-whose assistant message ``content`` is a list of ``image_url`` parts holding data-URL images;
-``stream: true`` sends ``chat.completion.chunk`` events, the image in the last one, then
-``[DONE]``. The request runs through the same request path and engine as ``/v1/images``.
-``modalities`` is where text and audio answers will be asked for once omni serves such models.
+The prompt is the text of the user messages (all of them, in order, as vLLM-Omni reads them)
+and their ``image_url`` parts (data URLs; http(s) only for ``--allowed-url-hosts``) are the
+input images; a system or assistant message is a 400 (an image model cannot use it). The
+answer is a ``chat.completion`` whose assistant message ``content`` is a list of ``image_url``
+parts holding data-URL images; ``stream: true`` sends ``chat.completion.chunk`` events, the
+image in the last one, then ``[DONE]``. The request runs through the same request path and
+engine as ``/v1/images``. ``modalities`` is where text and audio answers will be asked for once
+omni serves such models.
 """
 
 from __future__ import annotations
@@ -74,23 +76,31 @@ def _parts(content: Any, where: str) -> tuple[list[str], list[str]]:
     return texts, images
 
 
-def _prompt(body: ChatBody, request: Request) -> tuple[str, list[str]]:
-    """The last user message's text and images; earlier turns are reported as ignored."""
-    last = None
+def _prompt(body: ChatBody) -> tuple[str, list[str]]:
+    """The prompt and input images of the conversation, as vLLM-Omni reads them: the texts of
+    every user message in order (joined by spaces) and their images in order. Other roles
+    (system, developer, assistant) would change the answer and an image model cannot take them:
+    a 400 naming the message, never dropped."""
+    texts: list[str] = []
+    images: list[str] = []
     for i, message in enumerate(body.messages):
-        if not isinstance(message.get("role"), str):
+        role = message.get("role")
+        if not isinstance(role, str):
             raise invalid(f"messages[{i}].role: expected a string", f"messages[{i}]")
-        if message["role"] == "user":
-            last = i
-    if last is None:
-        raise invalid("messages: no user message to take the prompt from", "messages")
-    for i in range(len(body.messages)):
-        if i != last:
-            compat.ignore(request, f"messages[{i}]")
-    texts, images = _parts(body.messages[last].get("content"), f"messages[{last}]")
-    prompt = "\n".join(t for t in texts if t.strip())
+        if role != "user":
+            raise invalid(
+                f"messages[{i}]: a {role!r} message cannot be used by an image model, which "
+                "reads the prompt and input images from user messages only; send the "
+                "instructions in a user message",
+                f"messages[{i}]",
+                code="unsupported_parameter",
+            )
+        found, urls = _parts(message.get("content"), f"messages[{i}]")
+        texts += found
+        images += urls
+    prompt = " ".join(t.strip() for t in texts if t.strip())
     if not prompt:
-        raise invalid(f"messages[{last}]: the prompt text is empty", f"messages[{last}]")
+        raise invalid("messages: the prompt text is empty", "messages")
     return prompt, images
 
 
@@ -119,7 +129,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         served = pick(state.models, compat.model_of(data), "image")
         data = compat.translate("chat", data, request, served.pipeline)
         body = validate(ChatBody, data)
-        prompt, urls = _prompt(body, request)
+        prompt, urls = _prompt(body)
         if len(urls) > config.max_images:
             raise invalid(f"messages: at most {config.max_images} images", "messages")
         blobs = []

@@ -5,14 +5,16 @@ and the files of ``response_format=url`` answers (absolute URLs). Bodies pass th
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import re
 import time
 import uuid
+import zipfile
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.datastructures import UploadFile
 
 from omni_core.engine import Job
@@ -76,11 +78,13 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
 
     async def respond(
         served: ServedModel, body: ImageGenerationBody, job: Job, http_request: Request
-    ) -> JSONResponse:
+    ) -> Response:
         result = await await_job(served, job, http_request)
         images = list(result.images or [])
         fmt = body.output_format
         encoded = await asyncio.to_thread(lambda: [media.encode_image(im, fmt) for im in images])
+        if body.response_format == "file":
+            return file_response(encoded, fmt, compat.headers(http_request))
         data = []
         for blob in encoded:
             if body.response_format == "url":
@@ -99,6 +103,25 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         }
         return JSONResponse(payload, headers=compat.headers(http_request))
 
+    def file_response(encoded: list[bytes], fmt: str, headers: dict[str, str]) -> Response:
+        """vLLM-Omni's ``response_format: "file"``: one image as its own bytes (an attachment),
+        several as a zip of ``image_<i>.<ext>``."""
+        stem = f"image_{uuid.uuid4().hex[:8]}"
+        if len(encoded) == 1:
+            disposition = f'attachment; filename="{stem}.{fmt}"'
+            media_type = media.IMAGE_FORMATS[fmt][1]
+            content = encoded[0]
+        else:
+            buf = io.BytesIO()
+            with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as archive:
+                for i, blob in enumerate(encoded):
+                    archive.writestr(f"image_{i}.{fmt}", blob)
+            disposition = f'attachment; filename="{stem}.zip"'
+            media_type, content = "application/zip", buf.getvalue()
+        return Response(
+            content, media_type=media_type, headers={**headers, "Content-Disposition": disposition}
+        )
+
     @router.post(
         "/images/generations",
         summary="Create images from a prompt",
@@ -110,7 +133,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             model_ids=state.models,
         ),
     )
-    async def generations(request: Request) -> JSONResponse:
+    async def generations(request: Request) -> Response:
         data = await read_json(request, config)
         served = pick(state.models, compat.model_of(data), "image")
         data = compat.translate("images.generations", data, request, served.pipeline)
@@ -135,7 +158,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             model_ids=state.models,
         ),
     )
-    async def edits(request: Request) -> JSONResponse:
+    async def edits(request: Request) -> Response:
         ctype = request.headers.get("content-type", "")
         blobs: list[tuple[str, bytes]] = []
         urls: list[str] = []
