@@ -165,6 +165,11 @@ def test_videos_sync_returns_mp4(live_server, http) -> None:
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "video/mp4"
     assert response.content[4:8] == b"ftyp"
+    # It ran as a job of the store: listed, completed, the same MP4 at its content URL.
+    video_id = response.headers["x-omni-video-id"]
+    job = http.get(f"/v1/videos/{video_id}").json()
+    assert job["status"] == "completed" and job["prompt"] == "waves", job
+    assert http.get(f"/v1/videos/{video_id}/content").content == response.content
 
 
 def test_videos_invalid_fields(live_server, http) -> None:

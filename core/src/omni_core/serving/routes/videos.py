@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +28,6 @@ from omni_core.serving.http import (
     form_files,
     read_form,
     read_json,
-    request_id,
     upload_bytes,
     validate,
 )
@@ -164,6 +163,12 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
     async def create_video(request: Request) -> JSONResponse:
         job_id = f"video_{uuid.uuid4().hex}"
         request.state.request_id = job_id
+        _, _, record = await enqueue(request, job_id)
+        return JSONResponse(record.as_api(), headers=compat.headers(request))
+
+    async def enqueue(request: Request, job_id: str) -> tuple[ServedModel, Job, JobRecord]:
+        """Validate, persist and queue a video job (the same for ``/videos`` and its sync
+        form): its record, input image and request are on disk before it is queued."""
         served, body, fields, images, seconds, gen = await prepare(request, job_id)
         extras = body.extras()
         store = state.store
@@ -185,13 +190,13 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             input_path=input_path,
         )
         try:
-            state.jobs.submit(served, gen)
+            job = state.jobs.submit(served, gen)
         except APIError:
             store.delete(job_id)
             raise
         record = store.get(job_id)
         assert record is not None
-        return JSONResponse(record.as_api(), headers=compat.headers(request))
+        return served, job, record
 
     @router.post(
         "/videos/sync",
@@ -206,20 +211,32 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         ),
     )
     async def create_video_sync(request: Request) -> Response:
-        rid = request_id(request)
-        served, _, _, _, _, gen = await prepare(request, rid)
-        job = state.submit(served, Job(gen))
-        result = await await_job(served, job, request)
-
-        def encode() -> bytes:
-            frames, fps = media.frames_of(result)
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "video.mp4"
-                media.encode_mp4(frames, fps, path)
-                return path.read_bytes()
-
-        data = await asyncio.to_thread(encode)
-        return Response(data, media_type="video/mp4", headers=compat.headers(request))
+        """A video job like ``POST /videos`` (persisted, listed, its id in ``X-Omni-Video-Id``)
+        whose answer is the finished MP4; a client that leaves cancels it."""
+        job_id = f"video_{uuid.uuid4().hex}"
+        request.state.request_id = job_id
+        served, job, _ = await enqueue(request, job_id)
+        await await_job(served, job, request)
+        store = state.store
+        assert store is not None
+        record = store.get(job_id)
+        deadline = time.monotonic() + 120  # the MP4 is written right after the last step
+        while record is not None and record.status not in TERMINAL:
+            if time.monotonic() > deadline:
+                raise APIError(504, "the video was not written in time", code="timeout")
+            await asyncio.sleep(0.02)
+            record = store.get(job_id)
+        if record is None or record.status != "completed" or not record.output_path:
+            error = (record.error if record is not None else None) or {}
+            raise APIError(
+                500,
+                f"the video job failed: {error.get('message', 'deleted meanwhile')}",
+                type="server_error",
+                code=error.get("code") or "generation_failed",
+            )
+        data = await asyncio.to_thread(Path(record.output_path).read_bytes)
+        headers = {**compat.headers(request), "X-Omni-Video-Id": job_id}
+        return Response(data, media_type="video/mp4", headers=headers)
 
     @router.get("/videos", summary="List video jobs")
     async def list_videos(
