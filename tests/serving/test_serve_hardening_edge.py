@@ -25,27 +25,13 @@ import pytest
 from PIL import Image
 
 from .conftest import server_config
+from .test_serve_hardening import _error, _png
 
 GEN = "/v1/images/generations"
 SMALL = {"model": "qwen", "prompt": "a calm lake", "size": "32x32", "num_inference_steps": 2}
 HEADER_TIMEOUT, BODY_TIMEOUT, FETCH_TIMEOUT = 3.0, 2.0, 2.0
 #: 32x32 x 1 frame x 4 steps x 1 output: 2 steps pass, 8 do not.
 MAX_COST = 32 * 32 * 4
-
-
-def _error(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"} and error["message"]
-    if code is not None:
-        assert error["code"] == code, error
-    return error
-
-
-def _png(size: tuple[int, int], mode: str = "RGB") -> bytes:
-    buf = io.BytesIO()
-    Image.new(mode, size).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 class SideServer:

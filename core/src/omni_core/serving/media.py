@@ -51,11 +51,16 @@ def image_header(data: Any, param: str) -> tuple[int, int]:
         with Image.open(data, formats=INPUT_FORMATS) as img:
             return img.size
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        raise invalid(
-            f"{param}: the file is not a readable image (png, jpeg or webp)",
-            param,
-            code="invalid_image",
-        ) from None
+        raise unreadable(param) from None
+
+
+def unreadable(param: str) -> APIError:
+    """The 400 of an input that is not a png, jpeg or webp image Pillow can read."""
+    return invalid(
+        f"{param}: the file is not a readable image (png, jpeg or webp)",
+        param,
+        code="invalid_image",
+    )
 
 
 def check_pixels(blobs: list[tuple[str, bytes]], max_pixels: int) -> None:
@@ -104,11 +109,7 @@ def decode_image(data: bytes, param: str = "image") -> Image.Image:
     except APIError:
         raise
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        raise invalid(
-            f"{param}: the file is not a readable image (png, jpeg or webp)",
-            param,
-            code="invalid_image",
-        ) from None
+        raise unreadable(param) from None
 
 
 def encode_image(image: Image.Image, fmt: str = "png") -> bytes:
