@@ -187,6 +187,32 @@ def test_serve_slow_and_idle_clients_are_disconnected(side) -> None:
     assert all(HEADER_TIMEOUT - 0.3 < t < HEADER_TIMEOUT + 4 for t in silent), silent
 
 
+def test_serve_connection_cap_answers_json_503(live_server, tmp_path) -> None:
+    """Over --max-connections a request gets the JSON 503 with Retry-After, and once the idle
+    sockets go, requests are served again."""
+    live_server.need("qwen")
+    server = SideServer(live_server, tmp_path, api_key=None, max_connections=4)
+    try:
+
+        async def main() -> tuple[httpx.Response, httpx.Response]:
+            idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(4)]
+            await asyncio.sleep(0.2)
+            async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+                refused = await client.get("/v1/models")
+            for _, writer in idle:
+                writer.close()
+            await asyncio.sleep(0.5)
+            async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+                return refused, await client.get("/v1/models")
+
+        refused, served = asyncio.run(main())
+        error = _error(refused, 503, "too_many_connections")
+        assert "--max-connections" in error["message"] and refused.headers["retry-after"] == "1"
+        assert served.status_code == 200
+    finally:
+        server.stop()
+
+
 def test_serve_a_body_sent_at_a_normal_pace_is_not_cut(side) -> None:
     """Chunks well inside the deadline: the request is answered (here: 400 for the missing
     prompt), and the keep-alive connection serves the next request."""

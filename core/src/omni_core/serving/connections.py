@@ -12,6 +12,10 @@ uvicorn's h11 protocol:
 
 A connection past either deadline is closed (an app reading the body sees a disconnect, as when
 a client leaves). Requests that arrive at a normal pace never come near them.
+
+It also enforces ``--max-connections`` in uvicorn's place (the same rule as its
+``limit_concurrency``) so that a request over the cap gets the OpenAI-style JSON 503 with
+``Retry-After`` like every other error, not uvicorn's plain-text one.
 """
 
 from __future__ import annotations
@@ -30,11 +34,34 @@ class GuardedH11Protocol(H11Protocol):
 
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
+    max_connections: int | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
         self._waiting_for: Any = None  # h11.IDLE (headers) or h11.SEND_BODY (body)
+        self.limit_concurrency = None  # checked in _capped instead, with a JSON answer
+        self._app = self.app
+        self.app = self._capped
+
+    async def _capped(self, scope: Any, receive: Any, send: Any) -> None:
+        """uvicorn's concurrency rule (open connections, running requests; this request's task
+        is counted already) with the JSON 503 of :mod:`omni_core.serving.errors`."""
+        cap = self.max_connections
+        if cap is not None and (len(self.connections) >= cap or len(self.tasks) > cap):
+            from omni_core.serving.errors import APIError
+
+            error = APIError(
+                503,
+                f"this server holds its limit of {cap} connections (--max-connections); "
+                "retry shortly",
+                type="server_error",
+                code="too_many_connections",
+                headers={"Retry-After": "1", "Connection": "close"},
+            )
+            await error.response()(scope, receive, send)
+            return
+        await self._app(scope, receive, send)
 
     def _arm(self, state: Any, seconds: float) -> None:
         self._disarm()
@@ -88,10 +115,10 @@ def uvicorn_options(config: ServerConfig) -> dict[str, Any]:
     protocol = type(
         "OmniH11Protocol",
         (GuardedH11Protocol,),
-        {"header_timeout_s": config.header_timeout_s, "body_timeout_s": config.body_timeout_s},
+        {
+            "header_timeout_s": config.header_timeout_s,
+            "body_timeout_s": config.body_timeout_s,
+            "max_connections": config.max_connections,
+        },
     )
-    return {
-        "http": protocol,
-        "timeout_keep_alive": config.keep_alive_s,
-        "limit_concurrency": config.max_connections,
-    }
+    return {"http": protocol, "timeout_keep_alive": config.keep_alive_s}
