@@ -296,6 +296,13 @@ def test_serve_host_header_is_checked_when_bound_to_loopback(side, live_server) 
             assert client.get("/v1/models", headers={"Host": host}).status_code == 200, host
     headers = {"Authorization": f"Bearer {live_server.api_key}", "Host": "rebound.example"}
     _error(httpx.get(f"{live_server.url}/v1/models", headers=headers), 421, "invalid_host")
+    # An app another server runs (behind a proxy on another address) can turn it off.
+    from omni_core.serving.config import ServerConfig
+    from omni_core.serving.guards import BrowserGuardMiddleware
+
+    config = ServerConfig(models=[{"id": "m", "path": "p"}], loopback_host_check=False)
+    scope = {"method": "GET", "headers": [(b"host", b"serve.example:8000")]}
+    assert BrowserGuardMiddleware(None, config).refusal(scope) is None
 
 
 def test_serve_cross_origin_form_posts_are_refused_without_a_key(side, live_server) -> None:

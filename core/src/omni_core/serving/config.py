@@ -66,6 +66,10 @@ class ServerConfig(BaseModel):
     allowed_url_hosts: tuple[str, ...] = ()
     #: Seconds an allowed-host URL fetch may take in all (connect, headers, body).
     url_fetch_timeout_s: float = Field(20.0, gt=0)
+    #: Bound to loopback (``host``), answer only loopback ``Host`` headers (DNS rebinding; see
+    #: omni_core.serving.guards). Off for an app that another server runs (e.g. Ray Serve's
+    #: proxy) on an address other than ``host``.
+    loopback_host_check: bool = True
     #: Base of the absolute ``url``s in image responses (``--public-url``, e.g. behind a proxy);
     #: None: the base URL the request came in on.
     public_url: str | None = Field(None, max_length=2000, pattern=r"^https?://")

@@ -6,7 +6,8 @@ Two ways a page the user merely visits could use an ``omni serve`` on their mach
   the server as same-origin and the page can read the answers. The ``Host`` header still names
   the page's host, so a server bound to loopback answers only requests whose ``Host`` is a
   loopback name (``localhost``, ``127.0.0.1``, ``[::1]``) or the host of ``--public-url``: 421
-  ``invalid_host`` otherwise.
+  ``invalid_host`` otherwise (``ServerConfig.loopback_host_check=False`` turns it off for an
+  app that another server runs on another address, e.g. behind Ray Serve's proxy).
 - **Cross-origin form POSTs**: a form (or ``fetch`` with ``mode: no-cors``) can POST
   ``multipart/form-data`` anywhere without a CORS preflight. JSON routes already refuse any
   other ``Content-Type`` (415); on a server without an API key every state-changing request
@@ -45,7 +46,7 @@ class BrowserGuardMiddleware:
 
     def __init__(self, app: Any, config: ServerConfig) -> None:
         self.app = app
-        self.check_host = config.host in LOOPBACK_BINDS
+        self.check_host = config.loopback_host_check and config.host in LOOPBACK_BINDS
         self.hosts = set(LOOPBACK_NAMES)
         if config.public_url:
             self.hosts.add((urlsplit(config.public_url).hostname or "").lower())
