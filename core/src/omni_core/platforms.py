@@ -55,6 +55,10 @@ class Platform:
     def reset_peak_memory(self, device: Any = None) -> None:
         """Reset the peak-memory counter before a measured region."""
 
+    def free_memory_bytes(self, device: Any = None) -> int | None:
+        """Free device memory in bytes (VAE tiling's ``auto``); None where it cannot tell."""
+        return None
+
     def device_names(self) -> list[str]:
         return [self.device_type] * self.device_count()
 
@@ -126,6 +130,13 @@ class CudaPlatform(Platform):
         import torch
 
         torch.cuda.reset_peak_memory_stats(device)
+
+    def free_memory_bytes(self, device: Any = None) -> int | None:
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device)
+        # Blocks torch's caching allocator holds but does not use are free to this process.
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
 
 
 def detect_cpu() -> Availability:
