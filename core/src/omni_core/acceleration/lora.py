@@ -120,6 +120,21 @@ def file_defaults(path: Path) -> dict[str, Any]:
     return out
 
 
+def fused_defaults(lora: Mapping[str, Any]) -> dict[str, Any]:
+    """The request defaults of the adapter a LoraConfig dict fuses, before loading anything:
+    its ``steps`` / ``guidance_scale``, else the file's metadata (empty: nothing fused)."""
+    fuse = lora.get("fuse")
+    entry = next((a for a in lora.get("adapters", ()) if a["name"] == fuse), None)
+    if entry is None:
+        return {}
+    defaults = file_defaults(resolve_lora_file(entry["path"]))
+    if lora.get("steps") is not None:
+        defaults["num_inference_steps"] = lora["steps"]
+    if lora.get("guidance_scale") is not None:
+        defaults["guidance_scale"] = lora["guidance_scale"]
+    return defaults
+
+
 @dataclass
 class Adapter:
     """One adapter held in host memory: its state dict per denoiser and its default scale."""
@@ -388,6 +403,7 @@ __all__ = [
     "AdapterSet",
     "check_lora_request",
     "file_defaults",
+    "fused_defaults",
     "read_safetensors_lora",
     "resolve_lora_file",
 ]
