@@ -56,6 +56,8 @@ def resolve_lora_file(source: str, *, revision: str | None = None) -> Path:
     """A local ``.safetensors`` file, a folder holding one, or a Hub id (``owner/name`` or
     ``owner/name/path/file.safetensors``) fetched with huggingface-hub; safetensors only."""
     path = Path(source).expanduser()
+    if path.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl"):
+        raise ConfigError(f"lora: {source!r} is not a .safetensors file (safetensors only)")
     if path.is_file():
         if path.suffix != ".safetensors":
             raise ConfigError(f"lora: {source!r} is not a .safetensors file (safetensors only)")
@@ -63,7 +65,9 @@ def resolve_lora_file(source: str, *, revision: str | None = None) -> Path:
     if path.is_dir():
         return _only_safetensors(path, source)
     parts = source.split("/")
-    if len(parts) < 2 or not all(parts) or source.startswith((".", "/", "~")):
+    if source.startswith((".", "/", "~")):
+        raise ConfigError(f"lora: {source!r}: no such file or folder")
+    if len(parts) < 2 or not all(parts):
         raise ConfigError(f"lora: {source!r} is neither a file, a folder nor a Hub id")
     repo, filename = "/".join(parts[:2]), "/".join(parts[2:])
     if filename and not filename.endswith(".safetensors"):
