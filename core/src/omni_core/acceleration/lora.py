@@ -302,18 +302,25 @@ class AdapterSet:
         self.stats["evictions"] += 1
         self.active = None
 
+    def _make_room(self, keep: list[str], count: int, nbytes: int) -> None:
+        """Unload least recently used adapters (never one of ``keep``) until ``count`` more
+        adapters of ``nbytes`` fit ``max_active`` and ``max_memory_mb``."""
+        if not self.evictable:
+            return
+        for victim in list(self.loaded):
+            if len(self.loaded) + count <= self.max_active and self._fits(nbytes):
+                return
+            if victim not in keep:
+                self._evict(victim)
+
     def _ensure(self, names: list[str]) -> None:
         for name in names:
             if name in self.loaded:
                 self.loaded.move_to_end(name)
-                continue
-            need = self.adapters[name].nbytes
-            for victim in list(self.loaded):
-                if len(self.loaded) < self.max_active and self._fits(need):
-                    break
-                if victim not in names:
-                    self._evict(victim)
-            self._load(name)
+            else:
+                self._make_room(names, 1, self.adapters[name].nbytes)
+                self._load(name)
+        self._make_room(names, 0, 0)  # the caps may have shrunk
 
     # -- per request ---------------------------------------------------------------------------
 

@@ -33,27 +33,31 @@ def build_tiny_lora(
     std: float = 0.05,
     target_modules: Sequence[str] = DEFAULT_TARGETS,
     metadata: Mapping[str, str] | None = None,
+    dtype: Any = None,
 ) -> Path:
-    """Write a random rank-``rank`` LoRA of ``transformer``'s ``target_modules`` to ``path``."""
+    """Write a random rank-``rank`` LoRA of ``transformer``'s ``target_modules`` to ``path``
+    (``std``-scaled normal weights, ``lora_alpha = rank``, tensors in ``dtype``, default fp32)."""
     import torch
     from peft import LoraConfig
     from peft.utils import get_peft_model_state_dict
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    dtype = dtype or torch.float32
     config = LoraConfig(
         r=rank, lora_alpha=rank, target_modules=list(target_modules), init_lora_weights=False
     )
     name = "omni-tiny-lora"
     transformer.add_adapter(config, adapter_name=name)
     try:
+        # Fresh host tensors of the adapter's shapes (so a model built on the meta device,
+        # e.g. a benchmark's 20B transformer, works the same as a loaded tiny one).
         generator = torch.Generator("cpu").manual_seed(seed)
-        for key, param in transformer.named_parameters():
-            if "lora_" in key:
-                values = torch.randn(param.shape, generator=generator, dtype=torch.float32)
-                param.data.copy_(values * std)
-        layers = get_peft_model_state_dict(transformer, adapter_name=name)
-        layers = {k: v.detach().to(torch.float32).contiguous() for k, v in layers.items()}
+        shapes = get_peft_model_state_dict(transformer, adapter_name=name)
+        layers = {
+            k: (torch.randn(v.shape, generator=generator) * std).to(dtype)
+            for k, v in shapes.items()
+        }
         save(
             str(path.parent),
             transformer_lora_layers=layers,
