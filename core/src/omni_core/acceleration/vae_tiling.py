@@ -13,12 +13,13 @@ estimate exceeds 90% of the device's free memory (the platform's
 :meth:`~omni_core.platforms.Platform.free_memory_bytes`; a platform that cannot tell, such as
 the CPU, never tiles on its own). ``vae_slicing`` (auto: with tiling, for batches over one)
 decodes a batch one sample at a time. ``tile_kwargs`` are the VAE class's own
-``enable_tiling`` arguments for ``vae_tile`` (the pipeline knows their names).
+``enable_tiling`` arguments (default: :func:`tile_kwargs` of ``vae_tile``, diffusers' video
+VAE names; a VAE with other names gets its own from the pipeline).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,6 +27,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: auto tiles when a decode needs more than this share of the free device memory.
 FREE_SHARE = 0.9
+
+
+def tile_kwargs(tile: int) -> dict[str, int]:
+    """``enable_tiling`` arguments of diffusers' video-style VAEs (``tile_sample_min_*`` /
+    ``tile_sample_stride_*``) for square ``tile``-pixel tiles overlapping by a quarter."""
+    stride = tile * 3 // 4
+    return {
+        "tile_sample_min_height": tile,
+        "tile_sample_min_width": tile,
+        "tile_sample_stride_height": stride,
+        "tile_sample_stride_width": stride,
+    }
 
 
 def activation_bytes(elements: int, channels: int, dtype_bytes: int, copies: int = 4) -> int:
@@ -39,13 +52,17 @@ class VaeMemory:
 
     vae: Any
     options: PipelineOptions
-    tile_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: ``enable_tiling`` arguments; None: :func:`tile_kwargs` of ``memory.vae_tile`` if set.
+    tile_kwargs: dict[str, Any] | None = None
     tiled: bool = False
     sliced: bool = False
     #: How many decodes / encodes ran tiled (reported in results).
     tiled_calls: int = 0
 
     def __post_init__(self) -> None:
+        if self.tile_kwargs is None:
+            tile = self.options.memory.vae_tile
+            self.tile_kwargs = {} if tile is None else tile_kwargs(tile)
         if self.options.memory.vae_tiling == "on":
             self._set(True, self.options.memory.vae_slicing != "off")
         elif self.options.memory.vae_slicing == "on":
@@ -78,4 +95,4 @@ class VaeMemory:
         return self.tiled
 
 
-__all__ = ["FREE_SHARE", "VaeMemory", "activation_bytes"]
+__all__ = ["FREE_SHARE", "VaeMemory", "activation_bytes", "tile_kwargs"]

@@ -1,5 +1,4 @@
-"""What omni's LoRA and VAE-tiling helpers need to know about Qwen-Image: how diffusers reads
-its LoRA files, and its VAE's tiling arguments."""
+"""What omni's LoRA adapters need to know about Qwen-Image: how diffusers reads its LoRA files."""
 
 from __future__ import annotations
 
@@ -14,14 +13,3 @@ def read_lora(path: Path) -> tuple[dict[str, Any], Any]:
     return Reference.lora_state_dict(
         str(path.parent), weight_name=path.name, return_lora_metadata=True
     )
-
-
-def tile_kwargs(tile: int) -> dict[str, int]:
-    """``enable_tiling`` arguments of Qwen-Image's VAE for square tiles overlapping by 1/4."""
-    stride = tile * 3 // 4
-    return {
-        "tile_sample_min_height": tile,
-        "tile_sample_min_width": tile,
-        "tile_sample_stride_height": stride,
-        "tile_sample_stride_width": stride,
-    }

@@ -42,7 +42,7 @@ from omni_qwen.caches import LRUCache, image_digest
 from omni_qwen.extras import QwenImageExtras
 from omni_qwen.latents import branch_names, cat, euler, pack, pad, unpack
 from omni_qwen.layout import QwenLayout, check_request, is_checked
-from omni_qwen.memory import read_lora, tile_kwargs
+from omni_qwen.memory import read_lora
 
 T2I_TEMPLATE = (
     "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, "
@@ -112,9 +112,7 @@ class QwenImagePipeline(StagedPipeline):
         #: Set by from_pretrained: what omni_core.acceleration applied (None: nothing).
         self.accel: Any = None
         self.offload: Any = None
-        tile = options.memory.vae_tile
-        tiles = {} if tile is None else tile_kwargs(tile)
-        self.vae_memory = VaeMemory(self.vae, options, tile_kwargs=tiles)
+        self.vae_memory = VaeMemory(self.vae, options)
         self._encoder_device = options.extra.get("text_encoder_device") or options.device
         vae_cfg = self.vae.config
         self._latents_mean = torch.tensor(vae_cfg.latents_mean).view(1, vae_cfg.z_dim, 1, 1, 1)

@@ -54,7 +54,7 @@ from omni_wan.batching import apply_weights, stack_slot, weights_tensor
 from omni_wan.encoders import WanEncoders
 from omni_wan.extras import WanExtras
 from omni_wan.layout import WanLayout, is_checked, parse_extras
-from omni_wan.memory import read_lora, tile_kwargs
+from omni_wan.memory import read_lora
 
 #: cfg_batch="auto": batch CFG's branches while one forward holds at most this many tokens.
 CFG_BATCH_MAX_TOKENS = 16384
@@ -97,9 +97,7 @@ class WanVideoPipeline(StagedPipeline):
         self.accel: Any = None
         self.offload: Any = None
         if self.encoders.vae is not None:
-            tile = options.memory.vae_tile
-            tiles = {} if tile is None else tile_kwargs(tile)
-            self.encoders.vae_memory = VaeMemory(self.encoders.vae, options, tile_kwargs=tiles)
+            self.encoders.vae_memory = VaeMemory(self.encoders.vae, options)
 
     # -- loading ---------------------------------------------------------------------------
 
