@@ -215,7 +215,7 @@ class Omni:
         vae_tiling: str | bool | None = None,
         **options: Any,
     ) -> None:
-        from omni_core.acceleration.offload import resolve_memory
+        from omni_core.acceleration.offload import check_memory_taken, resolve_memory
         from omni_core.attention import AttentionRouter
         from omni_core.platforms import current_platform
         from omni_core.plugins import get_registry
@@ -252,8 +252,7 @@ class Omni:
         )
         t0 = time.perf_counter()
         if parallel.cfg_parallel_size * parallel.ulysses_degree > 1:
-            if self.options.lora.adapters or self.options.memory.offload != "none":
-                raise ConfigError("lora / offload: not supported with a parallel layout yet")
+            check_memory_taken(None, self.options)  # not in a parallel layout yet
             # One worker process per device runs the pipeline in lock-step; this process
             # drives it through the same staged protocol (omni_core.distributed).
             if device:
@@ -278,6 +277,7 @@ class Omni:
             cls = self.spec.load()
             self.pipeline = cls.from_pretrained(self.path, self.options)
             self.pipeline.spec = self.spec
+            check_memory_taken(self.pipeline, self.options)
         self.load_s = time.perf_counter() - t0
 
     @property

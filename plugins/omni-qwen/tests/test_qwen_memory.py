@@ -137,6 +137,8 @@ def test_unknown_adapters_are_refused_by_name(qwen_checkpoints, loras) -> None:
         plain.request("p", lora="a")
     with pytest.raises(ConfigError, match="fuse_lora"):
         Omni(qwen_checkpoints["t2i"], lora={"a": str(loras["a"])}, fuse_lora="b")
+    with pytest.raises(ConfigError, match="does not take LoRA adapters"):  # never dropped
+        Omni(qwen_checkpoints["t2i"], pipeline="diffusers", lora={"a": str(loras["a"])})
     with pytest.raises(ConfigError, match="safetensors only"):
         Omni(qwen_checkpoints["t2i"], lora={"a": str(loras["a"].with_suffix(".bin"))})
 

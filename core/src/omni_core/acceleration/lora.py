@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,12 +182,14 @@ class AdapterSet:
     def _load_into(self, adapter: Adapter, component: str) -> None:
         part = adapter.parts[component]
         prefix = next(iter(part)).split(".", 1)[0]
-        self.modules[component].load_lora_adapter(
-            dict(part),
-            prefix=prefix,
-            adapter_name=adapter.name,
-            metadata=self._meta(adapter, component),
-        )
+        with warnings.catch_warnings():  # PEFT warns on every adapter after the first
+            warnings.filterwarnings("ignore", message="Already found a `peft_config`")
+            self.modules[component].load_lora_adapter(
+                dict(part),
+                prefix=prefix,
+                adapter_name=adapter.name,
+                metadata=self._meta(adapter, component),
+            )
 
     def _fuse(self, adapter: Adapter) -> None:
         for component in adapter.parts:

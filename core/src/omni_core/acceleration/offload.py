@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from omni_core.config import MemoryConfig
-    from omni_core.pipelines.base import PipelineOptions
+    from omni_core.pipelines.base import Pipeline, PipelineOptions
 
 #: The share of ``max_gpu_memory`` weights may take; the rest is for activations.
 WEIGHTS_SHARE = 0.8
@@ -106,6 +106,19 @@ def resolve_memory(memory: MemoryConfig, path: Path, dtype: torch.dtype) -> Memo
     parts = [p.name for p in sorted(path.iterdir()) if p.is_dir() and any(p.glob("*.safetensors"))]
     mode, _ = plan_offload(memory, path, parts, dtype.itemsize)
     return memory.model_copy(update={"offload": mode})
+
+
+def check_memory_taken(pipeline: Pipeline | None, options: PipelineOptions) -> None:
+    """LoRA adapters or offload a pipeline cannot take are a ConfigError, never dropped:
+    ``pipeline`` None is a parallel layout (neither is supported there yet); a loaded pipeline
+    that set no :attr:`~omni_core.pipelines.base.Pipeline.adapters` took no LoRA."""
+    if pipeline is None:
+        if options.lora.adapters or options.memory.offload != "none":
+            raise ConfigError("lora / offload: not supported with a parallel layout yet")
+        return
+    if options.lora.adapters and pipeline.adapters is None:
+        name = options.spec.name if options.spec is not None else type(pipeline).__name__
+        raise ConfigError(f"lora: pipeline {name!r} does not take LoRA adapters")
 
 
 def load_device(options: PipelineOptions) -> Any:
@@ -203,6 +216,7 @@ def _model_offload(modules: Mapping[str, Any], device: Any) -> list[Any]:
 __all__ = [
     "OffloadReport",
     "apply_offload",
+    "check_memory_taken",
     "component_bytes",
     "load_device",
     "plan_offload",
