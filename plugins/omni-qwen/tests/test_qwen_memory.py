@@ -179,6 +179,10 @@ def test_block_offload_is_bit_identical_and_streams_blocks(qwen_checkpoints, lor
         ours = omni.generate(**KW, seed=5, lora="a").images[0]
     assert spy.call_count >= len(blocks) * KW["num_inference_steps"]
     assert np.array_equal(_pixels(ours), _pixels(plain.generate(**KW, seed=5, lora="a").images[0]))
+    # with step batching: two requests share each offloaded forward, as they do without
+    batch = [{**KW, "seed": 1}, {**KW, "seed": 2}]
+    for a, b in zip(omni.generate_batch(batch), plain.generate_batch(batch), strict=True):
+        assert np.array_equal(_pixels(a.images[0]), _pixels(b.images[0]))
 
 
 def test_max_gpu_memory_picks_the_offload_mode(qwen_checkpoints) -> None:
@@ -227,3 +231,32 @@ def test_vae_tiling_auto_tiles_when_the_decode_would_not_fit(qwen_checkpoints) -
     # Stated tolerance against the untiled decode (tiny random VAE, 64 px tiles): mean <= 6/255
     # (measured 4.8/255).
     assert diff.mean() <= 6.0, f"mean difference {diff.mean():.2f}/255"
+
+
+def test_omni_generate_applies_its_loras_and_a_distills_defaults(
+    qwen_checkpoints, loras, tmp_path: Path
+) -> None:
+    """`omni generate --lora` loads and applies the adapters (as Omni does); with --fuse-lora
+    the distill's recommended steps become the default."""
+    from click.testing import CliRunner
+    from PIL import Image
+
+    from omni_core.cli import cli
+
+    path = qwen_checkpoints["t2i"]
+    out = tmp_path / "cli.png"
+    args = ["generate", "image", str(path), KW["prompt"], "--size", "96x64", "--steps", "3"]
+    args += ["--seed", "8", "--lora", f"a={loras['a']}:0.6", "-o", str(out), "-q"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    omni = Omni(path, lora={"a": str(loras["a"])})
+    ours = omni.generate(**KW, seed=8, lora=[{"name": "a", "scale": 0.6}]).images[0]
+    assert np.array_equal(_pixels(Image.open(out).convert("RGB")), _pixels(ours))
+
+    args = ["generate", "image", str(path), "x", "--size", "96x64", "--seed", "8", "-o", str(out)]
+    args += ["--lora", f"d={loras['distill']}", "--fuse-lora", "d", "-q"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    distilled = Omni(path, lora={"d": str(loras["distill"])}, fuse_lora="d")
+    expected = distilled.generate("x", height=64, width=96, seed=8).images[0]  # 2 steps, cfg 1
+    assert np.array_equal(_pixels(Image.open(out).convert("RGB")), _pixels(expected))

@@ -138,8 +138,10 @@ def apply_offload(
     are the ones whose blocks stream under ``block``. Returns what was done.
     """
     mode = options.memory.offload
-    if mode == "auto":
-        raise ConfigError("offload: 'auto' must be resolved before loading (resolve_memory)")
+    if mode == "auto":  # options built by hand: without a budget, auto is none
+        if options.memory.max_gpu_memory is not None:
+            raise ConfigError("offload: 'auto' must be resolved before loading (resolve_memory)")
+        mode = "none"
     present = {k: v for k, v in components.items() if v is not None}
     report = OffloadReport(mode=mode)
     device = options.device
