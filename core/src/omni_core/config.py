@@ -214,9 +214,7 @@ def env_names() -> dict[str, tuple[str, str]]:
 def _env_value(section: str, key: str, raw: str) -> Any:
     """Environment values are strings: JSON for dicts/lists, commas for tuples."""
     model = SECTIONS[section]
-    field_name = next(
-        (n for n, f in model.model_fields.items() if key in (n, f.alias)), key
-    )
+    field_name = next((n for n, f in model.model_fields.items() if key in (n, f.alias)), key)
     annotation = str(model.model_fields[field_name].annotation)
     text = raw.strip()
     if text.startswith(("{", "[")):

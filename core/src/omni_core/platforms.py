@@ -100,7 +100,10 @@ class CudaPlatform(Platform):
     # cuDNN attention beat flash by ~25% on H200 for long video sequences; sdpa-auto does the rest.
     preferred_attention_backends: ClassVar[tuple[str, ...]] = ("sdpa-cudnn", "sdpa-flash", "sdpa")
     supported_dtypes: ClassVar[tuple[str, ...]] = (
-        "bfloat16", "float16", "float32", "float8_e4m3fn",
+        "bfloat16",
+        "float16",
+        "float32",
+        "float8_e4m3fn",
     )
 
     def device_count(self) -> int:

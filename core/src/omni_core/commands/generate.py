@@ -159,9 +159,7 @@ def generate_video(
 )
 @click.option("-n", "num_outputs", type=click.IntRange(1, 16), default=1, help="Images.")
 @_common_options
-def generate_image(
-    model: str, prompt: str, output: Path, num_outputs: int, **options: Any
-) -> None:
+def generate_image(model: str, prompt: str, output: Path, num_outputs: int, **options: Any) -> None:
     """Generate an image from PROMPT with MODEL (a folder or a Hub id)."""
     if output.suffix.lower() not in (".png", ".jpg", ".jpeg", ".webp"):
         raise click.BadParameter(

@@ -167,8 +167,7 @@ def pick(
         if found is None:
             raise APIError(
                 404,
-                f"the model {model!r} does not exist on this server; serving: "
-                f"{', '.join(models)}",
+                f"the model {model!r} does not exist on this server; serving: {', '.join(models)}",
                 param="model",
                 code="model_not_found",
             )

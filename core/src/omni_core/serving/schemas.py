@@ -78,7 +78,6 @@ class ImageGenerationBody(_DiffusionFields):
     moderation: str | None = Field(None, description="Accepted for compatibility; ignored.")
     user: str | None = Field(None, description="Accepted for compatibility; ignored.")
 
-
     @field_validator("output_format", mode="before")
     @classmethod
     def _jpg(cls, value: Any) -> Any:
@@ -154,9 +153,7 @@ class ChatBody(_Body):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     n: int = Field(1, ge=1, le=10, description="Choices, each with its own image.")
-    num_outputs_per_prompt: int = Field(
-        1, ge=1, le=10, description="vLLM-Omni: images per choice."
-    )
+    num_outputs_per_prompt: int = Field(1, ge=1, le=10, description="vLLM-Omni: images per choice.")
     modalities: list[str] | None = Field(
         None, description='Output modalities; ["image"] is served (text/audio later).'
     )
