@@ -103,3 +103,15 @@ def test_wan_vae_tiling_matches_diffusers_tiled_and_is_close_to_untiled(
     # The stated tolerance of a tiled decode (64 px tiles, 16 px overlap) against the untiled
     # one on the tiny random-weight VAE: mean <= 6/255 (measured 4.2/255).
     assert diff.mean() <= 6.0, f"mean difference {diff.mean():.2f}/255"
+
+
+def test_wan_a14b_block_offload_with_lora_is_bit_identical(a14b: dict[str, Path], wan_kwargs):
+    """Both experts' blocks behind diffusers' group offloading (with the adapter loaded in
+    each): the same video as without offload, the hooks on every block of both experts."""
+    kwargs = {**wan_kwargs("t2v-a14b", guidance_scale_2=2.5), "seed": SEED, "lora": "a"}
+    lora = {"a": str(a14b["lora"])}
+    plain = Omni(a14b["path"], lora=lora).generate(**kwargs).video
+    omni = Omni(a14b["path"], lora=lora, offload="block")
+    for expert in omni.pipeline.transformers:
+        assert all(b._diffusers_hook.get_hook("group_offloading") for b in expert.blocks)
+    assert np.array_equal(omni.generate(**kwargs).video, plain)
