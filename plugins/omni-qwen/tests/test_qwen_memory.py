@@ -260,3 +260,27 @@ def test_omni_generate_applies_its_loras_and_a_distills_defaults(
     distilled = Omni(path, lora={"d": str(loras["distill"])}, fuse_lora="d")
     expected = distilled.generate("x", height=64, width=96, seed=8).images[0]  # 2 steps, cfg 1
     assert np.array_equal(_pixels(Image.open(out).convert("RGB")), _pixels(expected))
+
+
+def test_edit_encode_and_decode_tiled_match_diffusers_tiled(qwen_checkpoints, qwen_images):
+    """vae_tiling=on tiles the input image's encode as well as the decode, as diffusers'
+    enable_tiling does for QwenImageEditPipeline."""
+    import diffusers
+
+    from omni_core.acceleration.vae_tiling import tile_kwargs
+    from omni_qwen.compat import load_vl_processor
+
+    path = qwen_checkpoints["edit"]
+    image = qwen_images[0].resize((96, 64))
+    kw = {"prompt": "make it blue", "height": 64, "width": 96, "num_inference_steps": 3}
+    omni = Omni(path, offload={"vae_tiling": "on", "vae_tile": 64})
+    ours = omni.generate(**kw, images=[image], seed=9).images[0]
+    assert omni.pipeline.vae_memory.tiled_calls == 2  # the encode and the decode
+    pipe = diffusers.QwenImageEditPipeline.from_pretrained(
+        path, processor=load_vl_processor(path / "processor")
+    )
+    pipe.set_progress_bar_config(disable=True)
+    pipe.vae.enable_tiling(**tile_kwargs(64))
+    generator = torch.Generator("cpu").manual_seed(9)
+    ref = pipe(**kw, image=image, generator=generator).images[0]
+    _assert_same(ours, ref)
