@@ -16,6 +16,8 @@ from omni_core.errors import ConfigError, InvalidRequestError
 class _Recorder:
     """A pipeline stand-in whose validate() returns the request as built."""
 
+    adapters = None  # Pipeline.adapters: no LoRA adapters loaded
+
     def validate(self, request: Any) -> Any:
         return request
 

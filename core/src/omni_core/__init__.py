@@ -67,6 +67,13 @@ _LAZY: dict[str, str] = {
     "cache_key": "omni_core.acceleration:cache_key",
     "QuantReport": "omni_core.acceleration.quantization:QuantReport",
     "parallelize_denoiser": "omni_core.distributed.parallelize:parallelize_denoiser",
+    # memory: LoRA adapters, offload, VAE tiling
+    "AdapterSet": "omni_core.acceleration.lora:AdapterSet",
+    "LoraRef": "omni_core.pipelines.base:LoraRef",
+    "apply_offload": "omni_core.acceleration.offload:apply_offload",
+    "load_device": "omni_core.acceleration.offload:load_device",
+    "VaeMemory": "omni_core.acceleration.vae_tiling:VaeMemory",
+    "activation_bytes": "omni_core.acceleration.vae_tiling:activation_bytes",
     # platforms and kernels
     "Platform": "omni_core.platforms:Platform",
     "CudaPlatform": "omni_core.platforms:CudaPlatform",
@@ -84,7 +91,10 @@ _LAZY: dict[str, str] = {
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.acceleration import AccelerationReport, apply_acceleration, cache_key
+    from omni_core.acceleration.lora import AdapterSet
+    from omni_core.acceleration.offload import apply_offload, load_device
     from omni_core.acceleration.quantization import QuantReport
+    from omni_core.acceleration.vae_tiling import VaeMemory, activation_bytes
     from omni_core.api import Omni
     from omni_core.audio.speech import (
         StreamingSpeechPipeline,
@@ -108,6 +118,7 @@ if TYPE_CHECKING:  # pragma: no cover
         DenoiseState,
         GenerationRequest,
         GenerationResult,
+        LoraRef,
         NoExtras,
         Pipeline,
         PipelineOptions,
@@ -150,6 +161,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "PLUGIN_API_VERSION",
     "AccelerationReport",
+    "AdapterSet",
     "AttentionBackendSpec",
     "AudioChunk",
     "Availability",
@@ -163,6 +175,7 @@ __all__ = [
     "GenerationRequest",
     "GenerationResult",
     "InvalidRequestError",
+    "LoraRef",
     "ModelNotFoundError",
     "NoExtras",
     "Omni",
@@ -182,13 +195,17 @@ __all__ = [
     "SpeechPipeline",
     "StagedPipeline",
     "StreamingSpeechPipeline",
+    "VaeMemory",
     "Voice",
     "Workload",
     "__version__",
+    "activation_bytes",
     "apply_acceleration",
+    "apply_offload",
     "cache_key",
     "dtype_kwargs",
     "hookimpl",
+    "load_device",
     "parallelize_denoiser",
     "resolve_model_path",
     "resolve_speech_model",

@@ -18,6 +18,8 @@ from omni_core.config import (
     CacheConfig,
     ParallelConfig,
     QuantizationConfig,
+    as_lora_config,
+    as_memory_config,
 )
 from omni_core.dtypes import parse_dtype
 from omni_core.errors import ConfigError, InvalidRequestError
@@ -187,6 +189,10 @@ class Omni:
     ``model_index.json`` ``_class_name`` (or ``config.json`` ``architectures``) picks the
     registered pipeline; ``pipeline=`` overrides. ``device`` and ``dtype`` default to the
     selected platform's first device and bf16 there (float32 on cpu).
+
+    ``lora`` preloads adapters (``{name: path}``, ``["NAME=PATH:SCALE"]``, a LoraConfig) that
+    requests select (``lora=``), ``fuse_lora`` merges one; ``offload``, ``max_gpu_memory``
+    (GiB) and ``vae_tiling`` trade speed for device memory (sdk-docs: memory.md).
     """
 
     def __init__(
@@ -202,8 +208,14 @@ class Omni:
         cfg_parallel_size: int = 1,
         ulysses_degree: int = 1,
         revision: str | None = None,
+        lora: Any = None,
+        fuse_lora: str | None = None,
+        offload: Any = None,
+        max_gpu_memory: float | None = None,
+        vae_tiling: str | bool | None = None,
         **options: Any,
     ) -> None:
+        from omni_core.acceleration.offload import check_memory_taken, resolve_memory
         from omni_core.attention import AttentionRouter
         from omni_core.platforms import current_platform
         from omni_core.plugins import get_registry
@@ -218,23 +230,29 @@ class Omni:
         self.spec = location.spec
         self.model_id = str(model)
         attention_config = _as_config(attention, AttentionConfig, "attention")
+        torch_dtype = parse_dtype(dtype, "float32" if platform.device_type == "cpu" else "bfloat16")
         parallel = ParallelConfig(
             cfg_parallel_size=cfg_parallel_size, ulysses_degree=ulysses_degree
         )
         self.options = PipelineOptions(
             device=resolve_device(device, platform),
-            dtype=parse_dtype(dtype, "float32" if platform.device_type == "cpu" else "bfloat16"),
+            dtype=torch_dtype,
             platform=platform,
             attention=AttentionRouter.build(attention_config, registry, platform),
             attention_config=attention_config,
             cache=_as_config(cache, CacheConfig, "cache"),
             quantization=_as_config(quantization, QuantizationConfig, "quantization"),
             parallel=parallel,
+            lora=as_lora_config(lora, fuse_lora),
+            memory=resolve_memory(
+                as_memory_config(offload, max_gpu_memory, vae_tiling), self.path, torch_dtype
+            ),
             extra=options,
             spec=self.spec,
         )
         t0 = time.perf_counter()
         if parallel.cfg_parallel_size * parallel.ulysses_degree > 1:
+            check_memory_taken(None, self.options)  # not in a parallel layout yet
             # One worker process per device runs the pipeline in lock-step; this process
             # drives it through the same staged protocol (omni_core.distributed).
             if device:
@@ -259,6 +277,7 @@ class Omni:
             cls = self.spec.load()
             self.pipeline = cls.from_pretrained(self.path, self.options)
             self.pipeline.spec = self.spec
+            check_memory_taken(self.pipeline, self.options)
         self.load_s = time.perf_counter() - t0
 
     @property

@@ -13,7 +13,7 @@ import tomllib
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -68,6 +68,106 @@ class ParallelConfig(_Section):
     ulysses_degree: int = Field(1, ge=1)
 
 
+class LoraAdapterConfig(_Section):
+    """One LoRA adapter to preload: a local safetensors file or folder, or a Hub id."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
+    path: str = Field(min_length=1)
+    #: The scale a request gets when it names the adapter without one.
+    scale: float = Field(1.0, ge=-10.0, le=10.0)
+
+
+class LoraConfig(_Section):
+    """LoRA adapters of the denoiser(s): preloaded ones, one fused at load, the active LRU."""
+
+    adapters: tuple[LoraAdapterConfig, ...] = ()
+    #: The adapter merged into the weights at load (a step distill); not selectable per request.
+    fuse: str | None = None
+    #: Adapters kept loaded in the denoiser at once (least recently used ones are unloaded
+    #: and reloaded from host memory when asked for again).
+    max_active: int = Field(8, ge=1)
+    #: Device memory the loaded adapters may take, in MiB (None: no cap beyond max_active).
+    max_memory_mb: float | None = Field(None, gt=0)
+    #: Request defaults of the fused distill (override its metadata); None: the metadata's.
+    steps: int | None = Field(None, ge=1, le=1000)
+    guidance_scale: float | None = Field(None, ge=0.0, le=100.0)
+
+
+class MemoryConfig(_Section):
+    """Device memory: component offload and VAE tiling/slicing."""
+
+    #: none | model (a whole component on the device while it runs) | block (the denoisers'
+    #: blocks streamed in with prefetch on a side stream) | auto (default: picked from
+    #: max_gpu_memory; none without it).
+    offload: Literal["none", "model", "block", "auto"] = "auto"
+    #: GiB of device memory the model may use; with offload "auto" it picks the mode.
+    max_gpu_memory: float | None = Field(None, gt=0)
+    #: Blocks per group of block offload.
+    blocks_per_group: int = Field(1, ge=1)
+    #: auto (tile when the decode would not fit the device's free memory), on, off.
+    vae_tiling: Literal["auto", "on", "off"] = "auto"
+    #: Decode / encode a batch one sample at a time (auto: when tiling is on).
+    vae_slicing: Literal["auto", "on", "off"] = "auto"
+    #: Tile size in pixels when tiling (None: the VAE's own default); tiles overlap by 1/4.
+    vae_tile: int | None = Field(None, ge=16, le=8192)
+
+
+def parse_lora_spec(text: str) -> dict[str, Any]:
+    """``NAME=PATH[:SCALE]`` (``omni serve --lora``) -> ``{"name", "path"[, "scale"]}``."""
+    name, sep, rest = text.partition("=")
+    if not sep or not name.strip() or not rest.strip():
+        raise ConfigError(f"lora: expected NAME=PATH[:SCALE], got {text!r}")
+    path, colon, tail = rest.rpartition(":")
+    out: dict[str, Any] = {"name": name.strip(), "path": rest.strip()}
+    if colon and path:
+        try:
+            out.update(path=path.strip(), scale=float(tail))
+        except ValueError:
+            pass  # a colon inside the path or Hub id, no scale
+    return out
+
+
+def as_lora_config(value: Any, fuse: str | None = None) -> LoraConfig:
+    """``Omni(lora=...)``: a LoraConfig, its dict, ``{name: path | {path, scale}}``, or a list
+    of ``{name, path, scale}`` / ``"NAME=PATH[:SCALE]"``; ``fuse`` names the one to merge."""
+    if isinstance(value, LoraConfig):
+        config = value
+    else:
+        data: Any = value or {}
+        if isinstance(data, str):
+            data = [data]
+        if isinstance(data, Mapping) and "adapters" not in data:
+            data = [
+                {"name": k, **(dict(v) if isinstance(v, Mapping) else {"path": str(v)})}
+                for k, v in data.items()
+            ]
+        if isinstance(data, list | tuple):
+            items = [parse_lora_spec(v) if isinstance(v, str) else v for v in data]
+            data = {"adapters": items}
+        config = validate_config(data, {}, LoraConfig)
+    if fuse is not None:
+        config = config.model_copy(update={"fuse": fuse})
+    return config
+
+
+def as_memory_config(
+    offload: Any = None, max_gpu_memory: float | None = None, vae_tiling: Any = None
+) -> MemoryConfig:
+    """``Omni(offload=..., max_gpu_memory=..., vae_tiling=...)`` -> a MemoryConfig
+    (``offload`` may be a mode name, a MemoryConfig or its dict; ``vae_tiling`` a bool too)."""
+    if isinstance(offload, MemoryConfig):
+        data: dict[str, Any] = offload.model_dump()
+    elif isinstance(offload, Mapping):
+        data = dict(offload)
+    else:
+        data = {"offload": offload} if offload is not None else {}
+    if max_gpu_memory is not None:
+        data["max_gpu_memory"] = max_gpu_memory
+    if vae_tiling is not None:
+        data["vae_tiling"] = {True: "on", False: "off"}.get(vae_tiling, vae_tiling)
+    return validate_config(data, {}, MemoryConfig)
+
+
 class EngineConfig(_Section):
     """Engine limits: batching and back-pressure."""
 
@@ -114,9 +214,7 @@ def env_names() -> dict[str, tuple[str, str]]:
 def _env_value(section: str, key: str, raw: str) -> Any:
     """Environment values are strings: JSON for dicts/lists, commas for tuples."""
     model = SECTIONS[section]
-    field_name = next(
-        (n for n, f in model.model_fields.items() if key in (n, f.alias)), key
-    )
+    field_name = next((n for n, f in model.model_fields.items() if key in (n, f.alias)), key)
     annotation = str(model.model_fields[field_name].annotation)
     text = raw.strip()
     if text.startswith(("{", "[")):

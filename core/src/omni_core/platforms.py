@@ -55,6 +55,10 @@ class Platform:
     def reset_peak_memory(self, device: Any = None) -> None:
         """Reset the peak-memory counter before a measured region."""
 
+    def free_memory_bytes(self, device: Any = None) -> int | None:
+        """Free device memory in bytes (VAE tiling's ``auto``); None where it cannot tell."""
+        return None
+
     def device_names(self) -> list[str]:
         return [self.device_type] * self.device_count()
 
@@ -96,7 +100,10 @@ class CudaPlatform(Platform):
     # cuDNN attention beat flash by ~25% on H200 for long video sequences; sdpa-auto does the rest.
     preferred_attention_backends: ClassVar[tuple[str, ...]] = ("sdpa-cudnn", "sdpa-flash", "sdpa")
     supported_dtypes: ClassVar[tuple[str, ...]] = (
-        "bfloat16", "float16", "float32", "float8_e4m3fn",
+        "bfloat16",
+        "float16",
+        "float32",
+        "float8_e4m3fn",
     )
 
     def device_count(self) -> int:
@@ -126,6 +133,13 @@ class CudaPlatform(Platform):
         import torch
 
         torch.cuda.reset_peak_memory_stats(device)
+
+    def free_memory_bytes(self, device: Any = None) -> int | None:
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device)
+        # Blocks torch's caching allocator holds but does not use are free to this process.
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
 
 
 def detect_cpu() -> Availability:

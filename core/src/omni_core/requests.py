@@ -7,8 +7,10 @@ their requests here, so a field means the same thing everywhere and a request is
     build_request(pipeline, fields, extras=..., request_id=..., limits=..., seconds=...)
         1. the schema: GenerationRequest, built once (a pydantic error names the field)
         2. seconds -> num_frames at the pipeline's real output fps (video clips)
-        3. pipeline.validate, exactly once
+        3. pipeline.validate, exactly once (a fused distill's steps / guidance are the
+           defaults it fills in when the request has none)
         4. operator limits, after the pipeline filled in its defaults
+        5. the ``lora`` adapters against the pipeline's (unknown names: 400), scales filled in
 
 Which names are shared fields is derived from the schema (``GenerationRequest.model_fields``),
 never copied by hand; everything else is an extra, validated by the pipeline's extras model.
@@ -24,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from omni_core.acceleration.lora import check_lora_request
 from omni_core.errors import InvalidRequestError
 from omni_core.pipelines.base import GenerationRequest, Pipeline, SpeechPipeline
 
@@ -198,6 +201,12 @@ def build_request(
     request (:meth:`~omni_core.pipelines.base.Pipeline.output_fps`); given together with
     ``num_frames``, the two must agree. See the module docstring for the order of the checks.
     """
+    adapters = pipeline.adapters
+    if adapters is not None:  # a fused distill's recommended steps / guidance
+        fields = dict(fields)
+        for key, value in adapters.request_defaults().items():
+            if fields.get(key) is None:
+                fields[key] = value
     request = make_request(fields, extras=extras, request_id=request_id, extras_at=extras_at)
     fps: int | None = None
     if seconds is not None:
@@ -218,7 +227,7 @@ def build_request(
         request = pipeline.validate(request)
         if limits is not None:
             limits.check(request)
-    return request
+    return check_lora_request(adapters, request)
 
 
 def clip_seconds(pipeline: Pipeline, request: GenerationRequest) -> float | None:

@@ -227,10 +227,21 @@ def apply_acceleration(
                 f"quantization.method: {quant.method!r} is not supported by this pipeline "
                 f"(supported: {', '.join(allowed_q)})"
             )
+    # Per-request LoRA adapters live in PEFT layers on the Q/K/V projections: a fused QKV
+    # would bypass them and a quantized base layer would not take them (a fused distill is
+    # merged and unloaded before this, so it is plain weights).
+    per_request_lora = any(a.name != options.lora.fuse for a in options.lora.adapters)
+    if per_request_lora and quant.method:
+        raise ConfigError(
+            f"quantization.method: {quant.method!r} cannot be combined with per-request LoRA "
+            "adapters; fuse the adapter (fuse_lora) or drop the quantization"
+        )
     adapters = {name: resolve_denoiser(present[name], registry) for name in denoisers}
 
     device_type = getattr(options.device, "type", str(options.device))
-    if _flag(extra, "fuse_qkv", True):
+    if per_request_lora and _flag(extra, "fuse_qkv", True):
+        report.notes.append("fused QKV off: per-request LoRA adapters sit on the projections")
+    elif _flag(extra, "fuse_qkv", True):
         for name in denoisers:
             if adapters[name].fuse_qkv:
                 report.fused_qkv[name] = fuse_qkv(present[name])

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from omni_core.cli import LazyGroup
+from omni_core.commands.memory_options import memory_options
 from omni_core.commands.options import (
     acceleration_kwargs,
     acceleration_options,
@@ -108,7 +109,7 @@ def _common_options(func: Any) -> Any:
     ]
     for option in reversed(options):
         func = option(func)
-    return acceleration_options(func)
+    return acceleration_options(memory_options(func))
 
 
 @generate.command("video")
@@ -237,9 +238,11 @@ def _run(
     compile_: bool | None = None,
     num_frames: int | None = None,
     num_outputs: int = 1,
+    memory_kwargs: dict[str, Any] | None = None,
 ) -> tuple[Any, float]:
     import time
 
+    from omni_core.acceleration.lora import check_lora_request, fused_defaults
     from omni_core.api import locate_model
     from omni_core.requests import make_request
 
@@ -251,14 +254,21 @@ def _run(
         from omni_core.config import CacheConfig
 
         _as_config(accel["cache"], CacheConfig, "cache")
+    memory = dict(memory_kwargs or {})
+    # Every --lora but the fused one applies to this request; a fused distill's recommended
+    # steps / guidance are the defaults (read from its file now, before the pipeline's own).
+    lora = memory.get("lora") or {}
+    names = [a["name"] for a in lora.get("adapters", ()) if a["name"] != lora.get("fuse")]
+    defaults = fused_defaults(lora)
     fields: dict[str, Any] = {
+        "lora": names,
         "prompt": prompt,
         "negative_prompt": negative_prompt,
         "height": height,
         "width": width,
         "num_frames": num_frames,
-        "num_inference_steps": steps,
-        "guidance_scale": guidance,
+        "num_inference_steps": steps or defaults.get("num_inference_steps"),
+        "guidance_scale": guidance if guidance is not None else defaults.get("guidance_scale"),
         "seed": seed,
         "num_outputs": num_outputs,
         "images": _load_images(images),
@@ -292,8 +302,10 @@ def _run(
         cfg_parallel_size=cfg_parallel_size,
         ulysses_degree=ulysses_degree,
         **accel,
+        **memory,
     ) as omni:
         request = omni.pipeline.validate(request)  # the one validate, on the loaded pipeline
+        request = check_lora_request(omni.pipeline.adapters, request)
         bar = _ProgressBar(quiet)
         try:
             (result,) = omni.run([request], progress=bar)

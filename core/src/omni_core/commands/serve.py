@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from omni_core.commands.connection_options import connection_options
+from omni_core.commands.memory_options import memory_options
 from omni_core.commands.options import (
     acceleration_kwargs,
     acceleration_options,
@@ -174,6 +175,7 @@ def _preflight(config: ServerConfig) -> None:
     "quantization=fp8, cfg_batch=true (VALUE is JSON when it parses, else a string).",
 )
 @acceleration_options
+@memory_options(into="load_options")
 @click.option(
     "--max-upload-mb",
     default=20.0,

@@ -32,6 +32,7 @@ from omni_core.pipelines.base import (
     Pipeline,
     SpeechPipeline,
     StagedPipeline,
+    step_key,
 )
 
 log = logging.getLogger("omni.engine")
@@ -250,11 +251,10 @@ class Engine:
             # Keys are recomputed every step: they may include the step index (pipelines whose
             # step() needs one shared timestep), so compatibility changes as requests advance.
             groups: dict[Hashable, list[_Running]] = collections.defaultdict(list)
-            pipeline = self.pipeline
-            assert isinstance(pipeline, StagedPipeline)
-            for entry in staged:
+            assert isinstance(self.pipeline, StagedPipeline)
+            for entry in staged:  # the LoRA adapters and scales are part of the key
                 assert entry.state is not None
-                groups[pipeline.batch_key(entry.state)].append(entry)
+                groups[step_key(self.pipeline, entry.state)].append(entry)
             for group in groups.values():
                 for start in range(0, len(group), self.max_batch):
                     self._step(group[start : start + self.max_batch])

@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from omni_core.config import (
     AttentionConfig,
     CacheConfig,
+    LoraConfig,
+    MemoryConfig,
     ParallelConfig,
     QuantizationConfig,
 )
@@ -31,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from PIL import Image
 
+    from omni_core.acceleration.lora import AdapterSet
     from omni_core.attention import AttentionRouter
     from omni_core.platforms import Platform
     from omni_core.registry import PipelineSpec
@@ -40,6 +43,16 @@ class NoExtras(BaseModel):
     """Extras model of a pipeline that takes none: any extra is an error."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class LoraRef(BaseModel):
+    """One LoRA adapter a request asks for, by the name it was loaded under (``--lora``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=128)
+    #: None: the scale the adapter was loaded with (``--lora NAME=PATH:SCALE``, default 1).
+    scale: float | None = Field(None, ge=-10.0, le=10.0)
 
 
 class GenerationRequest(BaseModel):
@@ -60,8 +73,27 @@ class GenerationRequest(BaseModel):
     voice: str | None = None
     speed: float = Field(1.0, ge=0.25, le=4.0)
     sample_rate: int | None = Field(None, ge=8000, le=192000)
+    lora: tuple[LoraRef, ...] = Field(
+        (), description="LoRA adapters (loaded ones, by name) and scales for this request."
+    )
     extras: dict[str, Any] = Field(default_factory=dict)
     request_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+
+    @field_validator("lora", mode="before")
+    @classmethod
+    def _lora_forms(cls, value: Any) -> Any:
+        """A name, one ``{name, scale}`` object (vLLM-Omni's form) or a list of either."""
+        if value is None:
+            return ()
+        if isinstance(value, str | Mapping):
+            value = [value]
+        if isinstance(value, list | tuple):
+            return tuple({"name": v} if isinstance(v, str) else v for v in value)
+        return value
+
+    def lora_key(self) -> tuple[tuple[str, float | None], ...]:
+        """The adapters and scales as a hashable key (requests that differ never share a step)."""
+        return tuple((ref.name, ref.scale) for ref in self.lora)
 
 
 @dataclass
@@ -90,6 +122,10 @@ class PipelineOptions:
     cache: CacheConfig = field(default_factory=CacheConfig)
     quantization: QuantizationConfig = field(default_factory=QuantizationConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    #: LoRA adapters to load into the denoisers (:class:`~omni_core.acceleration.lora.AdapterSet`).
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    #: Offload and VAE tiling (:mod:`omni_core.acceleration.offload`, ``vae_tiling``).
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     #: Options a pipeline understands beyond the shared ones (e.g. ``text_encoder_device``).
     extra: dict[str, Any] = field(default_factory=dict)
     #: The registered spec being loaded (its capabilities bound what acceleration may do).
@@ -115,6 +151,9 @@ class Pipeline(ABC):
     #: The options it was loaded with (``from_pretrained`` stores them; device and platform
     #: tell the runtime where to synchronise and measure memory). None: nothing to sync.
     options: PipelineOptions | None = None
+    #: The LoRA adapters loaded into its denoisers (``AdapterSet.load`` in ``from_pretrained``);
+    #: None: this pipeline takes no ``lora`` (a request naming one is refused).
+    adapters: AdapterSet | None = None
 
     @classmethod
     @abstractmethod
@@ -233,8 +272,17 @@ class StagedPipeline(Pipeline):
         """Turn finished latents into images or video."""
 
     def batch_key(self, state: DenoiseState) -> Hashable:
-        """States with equal keys may share a :meth:`step` call. Default: never batch."""
+        """States with equal keys may share a :meth:`step` call. Default: never batch.
+
+        The engine adds the request's LoRA adapters and scales to this key itself
+        (:func:`step_key`): a pipeline need not.
+        """
         return id(state)
+
+
+def step_key(pipeline: StagedPipeline, state: DenoiseState) -> Hashable:
+    """What the engine groups states by: the LoRA adapters and scales, then ``batch_key``."""
+    return (state.request.lora_key(), pipeline.batch_key(state))
 
 
 @dataclass

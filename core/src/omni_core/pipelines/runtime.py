@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
-from omni_core.pipelines.base import DenoiseState, GenerationRequest, GenerationResult
+from omni_core.pipelines.base import DenoiseState, GenerationRequest, GenerationResult, step_key
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.pipelines.base import StagedPipeline
@@ -25,10 +25,10 @@ class Cancelled(Exception):
 
 
 def group_by_key(pipeline: StagedPipeline, states: list[DenoiseState]) -> list[list[DenoiseState]]:
-    """Split states into groups that can share one ``step()`` call."""
+    """Split states into groups that can share one ``step()`` call (same LoRA, same key)."""
     groups: dict[Hashable, list[DenoiseState]] = defaultdict(list)
     for state in states:
-        groups[pipeline.batch_key(state)].append(state)
+        groups[step_key(pipeline, state)].append(state)
     return list(groups.values())
 
 

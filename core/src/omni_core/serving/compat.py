@@ -89,7 +89,6 @@ _DIFFUSION: dict[str, Rule] = {
     "height": _SIZE,
     "true_cfg_scale": _CFG,
     "user": Rule("ignore", why="an end-user tag; omni does not track users"),
-    "lora": Rule("refuse", why="LoRA adapters are not supported by omni serve"),
     "generator_device": Rule("ignore", why="where the other server draws its noise"),
 }
 

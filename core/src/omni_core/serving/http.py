@@ -263,7 +263,7 @@ def diffusion_fields(body: Any) -> dict[str, Any]:
     """The shared request fields of an image or video body (``size`` -> width and height)."""
     width, height = parse_size(body.size)
     fields: dict[str, Any] = {"prompt": body.prompt}
-    for name in ("negative_prompt", "seed", "num_inference_steps", "guidance_scale"):
+    for name in ("negative_prompt", "seed", "num_inference_steps", "guidance_scale", "lora"):
         value = getattr(body, name)
         if value is not None:
             fields[name] = value

@@ -65,7 +65,14 @@ class ServedModel:
             "modality": self.modality,
             "tasks": list(self.tasks),
             "pipeline": self.omni.spec.name if self.omni is not None else None,
+            "lora": self._lora(),
         }
+
+    def _lora(self) -> dict[str, Any] | None:
+        """The adapters requests may name (``lora``), the fused one and the LRU state."""
+        if self.omni is None or self.omni.pipeline.adapters is None:
+            return None
+        return self.omni.pipeline.adapters.describe()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -160,8 +167,7 @@ def pick(
         if found is None:
             raise APIError(
                 404,
-                f"the model {model!r} does not exist on this server; serving: "
-                f"{', '.join(models)}",
+                f"the model {model!r} does not exist on this server; serving: {', '.join(models)}",
                 param="model",
                 code="model_not_found",
             )

@@ -55,6 +55,10 @@ class _DiffusionFields(_Body):
     seed: int | None = Field(None, ge=0, lt=2**63)
     num_inference_steps: int | None = Field(None, ge=1, le=1000)
     guidance_scale: float | None = Field(None, ge=0.0, le=100.0)
+    lora: list[dict[str, Any] | str] | dict[str, Any] | str | None = Field(
+        None,
+        description="LoRA adapters loaded with --lora, by name: [{'name', 'scale'}] (or one).",
+    )
 
     @field_validator("prompt")
     @classmethod
@@ -168,3 +172,7 @@ class ChatBody(_Body):
     seed: int | None = Field(None, ge=0, lt=2**63)
     num_inference_steps: int | None = Field(None, ge=1, le=1000)
     guidance_scale: float | None = Field(None, ge=0.0, le=100.0)
+    lora: list[dict[str, Any] | str] | dict[str, Any] | str | None = Field(
+        None,
+        description="LoRA adapters loaded with --lora, by name: [{'name', 'scale'}] (or one).",
+    )

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omni_core import ConfigError, PipelineOptions
+from omni_core import ConfigError, PipelineOptions, load_device
 from omni_qwen.layout import QwenLayout
 
 
@@ -16,7 +16,8 @@ def load_components(
 ) -> dict[str, Any]:
     """transformer, vae, text_encoder, tokenizer, scheduler (and the VL ``processor`` the edit
     pipelines need). ``options.extra["text_encoder_device"]`` may put the text encoder
-    elsewhere (e.g. ``"cpu"``) to leave the GPU to the denoiser."""
+    elsewhere (e.g. ``"cpu"``) to leave the GPU to the denoiser. Components to be offloaded
+    (``options.memory.offload``) load on the host; ``omni_core.apply_offload`` places them."""
     from diffusers import (
         AutoencoderKLQwenImage,
         FlowMatchEulerDiscreteScheduler,
@@ -26,7 +27,7 @@ def load_components(
 
     if layout.guidance_embeds:
         raise ConfigError(f"{path}: guidance-distilled Qwen-Image transformers are not supported")
-    device, dtype = options.device, options.dtype
+    device, dtype = load_device(options), options.dtype
     encoder_device = options.extra.get("text_encoder_device") or device
     scheduler_cfg = json.loads((path / "scheduler" / "scheduler_config.json").read_text())
     if scheduler_cfg.get("_class_name") != "FlowMatchEulerDiscreteScheduler" or (

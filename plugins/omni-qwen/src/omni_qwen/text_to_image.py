@@ -1,4 +1,6 @@
-"""Qwen-Image text-to-image on omni's staged runtime; the base of the edit pipelines.
+"""Qwen-Image text-to-image on omni's staged runtime; the base of the edit pipelines. Long
+because it is the three stages of one class plus their helpers, kept together so they read top
+to bottom like diffusers' own ``__call__``.
 
 The orchestration of diffusers' ``QwenImagePipeline`` cut into prepare / step / decode: the
 models, VAE, scheduler and tokenizer are diffusers' and transformers' own, loaded from the
@@ -21,13 +23,17 @@ from typing import Any, ClassVar
 import torch
 
 from omni_core import (
+    AdapterSet,
     ConfigError,
     DenoiseState,
     GenerationRequest,
     GenerationResult,
     PipelineOptions,
     StagedPipeline,
+    VaeMemory,
+    activation_bytes,
     apply_acceleration,
+    apply_offload,
     cache_key,
     parallelize_denoiser,
     route_attention,
@@ -36,6 +42,7 @@ from omni_qwen.caches import LRUCache, image_digest
 from omni_qwen.extras import QwenImageExtras
 from omni_qwen.latents import branch_names, cat, euler, pack, pad, unpack
 from omni_qwen.layout import QwenLayout, check_request, is_checked
+from omni_qwen.memory import read_lora
 
 T2I_TEMPLATE = (
     "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, "
@@ -104,6 +111,9 @@ class QwenImagePipeline(StagedPipeline):
         self.routing = _route(self.transformer, options)
         #: Set by from_pretrained: what omni_core.acceleration applied (None: nothing).
         self.accel: Any = None
+        self.offload: Any = None
+        self.vae_memory = VaeMemory(self.vae, options)
+        self._encoder_device = options.extra.get("text_encoder_device") or options.device
         vae_cfg = self.vae.config
         self._latents_mean = torch.tensor(vae_cfg.latents_mean).view(1, vae_cfg.z_dim, 1, 1, 1)
         self._latents_std = torch.tensor(vae_cfg.latents_std).view(1, vae_cfg.z_dim, 1, 1, 1)
@@ -123,9 +133,17 @@ class QwenImagePipeline(StagedPipeline):
         # Quantization, regional compile and the step cache, as configured (order fixed there,
         # bounded by options.spec and the transformer's DenoiserSpec); then the transformer is
         # wrapped for this rank's parallel layout (a no-op outside a worker group).
+        # LoRA adapters first (a fused distill is plain weights to what follows), offload last.
+        adapters = AdapterSet.load(
+            {"transformer": components["transformer"]}, options, read=read_lora
+        )
         accel = apply_acceleration({"transformer": components["transformer"]}, options)
+        placed = ("transformer", "vae") + (
+            () if options.extra.get("text_encoder_device") else ("text_encoder",)
+        )
+        offload = apply_offload({k: components[k] for k in placed}, options)
         pipeline = cls(layout, components, options)
-        pipeline.accel = accel
+        pipeline.accel, pipeline.adapters, pipeline.offload = accel, adapters, offload
         pipeline.transformer = parallelize_denoiser(pipeline.transformer, options.attention)
         return pipeline
 
@@ -140,13 +158,10 @@ class QwenImagePipeline(StagedPipeline):
     def validate(self, request: GenerationRequest) -> GenerationRequest:
         """The checks of :func:`~omni_qwen.layout.check_request`, once per request (defaults
         completed, input images decoded; ``prepare`` trusts what this returns)."""
-        return check_request(
-            self.layout, request, family=self.family, image_range=self.image_range
-        )
+        return check_request(self.layout, request, family=self.family, image_range=self.image_range)
 
     def denoisers(self) -> dict[str, Any]:
         return {"transformer": self.transformer}
-
 
     # -- stages ----------------------------------------------------------------------------
 
@@ -219,6 +234,8 @@ class QwenImagePipeline(StagedPipeline):
     def step(self, states: list[DenoiseState]) -> None:
         group: list[QwenState] = states  # type: ignore[assignment]
         first = group[0]
+        if self.adapters is not None:  # the engine batches one adapter set per step
+            self.adapters.activate(first.request.lora)
         dtype = first.latents.dtype  # type: ignore[union-attr]
         latents = cat([s.latents for s in group])
         seq = latents.shape[1]
@@ -279,6 +296,8 @@ class QwenImagePipeline(StagedPipeline):
         mean = self._latents_mean.to(latents.device, latents.dtype)
         std_inv = 1.0 / self._latents_std.to(latents.device, latents.dtype)
         latents = latents / std_inv + mean
+        rows = latents.shape[0]
+        state.info["vae_tiled"] = self.vae_memory.before(self._vae_bytes(state, rows), rows)
         pixels = self.vae.decode(latents, return_dict=False)[0][:, :, 0]
         images = self.image_processor.postprocess(pixels, output_type="pil")
         if self.accel is not None and self.accel.caches:
@@ -343,7 +362,7 @@ class QwenImagePipeline(StagedPipeline):
         if cached is not None:
             return cached
         text = self._prompt_text(prompt, len(conditions))
-        device = next(self.text_encoder.parameters()).device
+        device = self._encoder_device  # where it runs, also when offloaded
         if conditions:
             views = [view for _, view, _ in conditions]
             inputs = self.processor(
@@ -389,6 +408,7 @@ class QwenImagePipeline(StagedPipeline):
             return cached
         pixels = self._vae_pixels(image, height, width).unsqueeze(2)
         pixels = pixels.to(device=self.device, dtype=self.dtype)
+        self.vae_memory.before(activation_bytes(height * width, 96, pixels.element_size()))
         latents = self.vae.encode(pixels).latent_dist.mode()
         mean = self._latents_mean.to(latents.device, latents.dtype)
         std = self._latents_std.to(latents.device, latents.dtype)
@@ -396,6 +416,11 @@ class QwenImagePipeline(StagedPipeline):
         packed = pack(latents)
         self.image_cache.put(key, packed)
         return packed
+
+    def _vae_bytes(self, state: QwenState, rows: int) -> int:
+        """The decode's peak estimate: ~4 activations of the VAE's widest full-size layer."""
+        base = int(self.vae.config.get("base_dim", 96))
+        return activation_bytes(rows * state.height * state.width, base, self.vae.dtype.itemsize)
 
     def _vae_pixels(self, image: Any, height: int, width: int) -> torch.Tensor:
         return self.image_processor.preprocess(image, height, width)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from omni_core import VaeMemory, activation_bytes
 from omni_wan.layout import WanLayout
 
 
@@ -31,6 +32,8 @@ class WanEncoders:
         self.image_processor = components.get("image_processor")
         self.vae = components.get("vae")
         self.video_processor = VideoProcessor(vae_scale_factor=layout.vae_spatial)
+        #: Tiling / slicing of the VAE (set by the pipeline; None: the VAE as loaded).
+        self.vae_memory: VaeMemory | None = None
         if self.vae is not None:
             vae_cfg = self.vae.config
             shape = (1, vae_cfg.z_dim, 1, 1, 1)
@@ -51,7 +54,7 @@ class WanEncoders:
         )
         # Token counts come from the host-side mask: no device round trip.
         lengths = inputs.attention_mask.gt(0).sum(dim=1).tolist()
-        encoder_device = next(self.text_encoder.parameters()).device
+        encoder_device = self.device  # where it runs, also when offloaded
         hidden = self.text_encoder(
             inputs.input_ids.to(encoder_device), inputs.attention_mask.to(encoder_device)
         ).last_hidden_state
@@ -65,7 +68,7 @@ class WanEncoders:
     def image(self, image: Any, out_dtype: torch.dtype) -> torch.Tensor:
         """CLIP's penultimate hidden states of the conditioning image (Wan2.1 I2V)."""
         assert self.image_encoder is not None and self.image_processor is not None
-        encoder_device = next(self.image_encoder.parameters()).device
+        encoder_device = self.device
         pixels = self.image_processor(images=image, return_tensors="pt").to(encoder_device)
         hidden = self.image_encoder(**pixels, output_hidden_states=True).hidden_states[-2]
         return hidden.to(self.device, out_dtype)
@@ -76,8 +79,9 @@ class WanEncoders:
         pixels = pixels.to(self.device, torch.float32).unsqueeze(2)
         if not self.layout.expand_timesteps:
             pixels = torch.cat([pixels, pixels.new_zeros(1, 3, frames - 1, height, width)], dim=2)
-        vae_device = next(self.vae.parameters()).device
-        posterior = self.vae.encode(pixels.to(vae_device, self.vae.dtype)).latent_dist
+        if self.vae_memory is not None:
+            self.vae_memory.before(activation_bytes(pixels.numel() // 3, 96, 4))
+        posterior = self.vae.encode(pixels.to(self.device, self.vae.dtype)).latent_dist
         condition = posterior.mode().to(self.device, torch.float32)
         mean = self._latents_mean.to(condition.device)
         std_inv = self._latents_std_inv.to(condition.device)
@@ -85,8 +89,13 @@ class WanEncoders:
 
     def decode(self, latents: torch.Tensor) -> Any:
         """Normalised latents -> ``frames x H x W x 3`` uint8 (a numpy array)."""
-        vae_device = next(self.vae.parameters()).device
-        latents = latents.to(vae_device, self.vae.dtype)
+        latents = latents.to(self.device, self.vae.dtype)
+        if self.vae_memory is not None:  # causal: 4 frames at a time, plus the whole output
+            _, _, frames, height, width = latents.shape
+            pixels = 4 * height * width * self.layout.vae_spatial**2
+            base = int(self.vae.config.get("base_dim", 96))
+            work = activation_bytes(pixels, base, self.vae.dtype.itemsize)
+            self.vae_memory.before(frames * pixels * 3 * 4 + work)
         mean = self._latents_mean.to(latents.device, latents.dtype)
         std_inv = self._latents_std_inv.to(latents.device, latents.dtype)
         video = self.vae.decode(latents / std_inv + mean, return_dict=False)[0]

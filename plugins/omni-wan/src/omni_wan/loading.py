@@ -9,7 +9,13 @@ from typing import Any
 
 import torch
 
-from omni_core import InvalidRequestError, ModelNotFoundError, PipelineOptions, dtype_kwargs
+from omni_core import (
+    InvalidRequestError,
+    ModelNotFoundError,
+    PipelineOptions,
+    dtype_kwargs,
+    load_device,
+)
 from omni_wan.layout import present
 
 
@@ -24,7 +30,8 @@ def load_components(path: Path, options: PipelineOptions) -> dict[str, Any]:
     from transformers import AutoTokenizer, UMT5EncoderModel
 
     index = json.loads((path / "model_index.json").read_text())
-    device, dtype = options.device, options.dtype
+    # On the host when offloaded (omni_core.apply_offload places them after loading).
+    device, dtype = load_device(options), options.dtype
     vae_dtype = parse_dtype(options.extra.get("vae_dtype"), torch.float32)
     components: dict[str, Any] = {}
     for name in ("transformer", "transformer_2"):
@@ -66,9 +73,7 @@ def load_components(path: Path, options: PipelineOptions) -> dict[str, Any]:
             .to(device)
             .eval()
         )
-        components["image_processor"] = CLIPImageProcessor.from_pretrained(
-            path / "image_processor"
-        )
+        components["image_processor"] = CLIPImageProcessor.from_pretrained(path / "image_processor")
     return components
 
 

@@ -15,8 +15,8 @@ One class serves every variant; ``model_index.json`` says which:
   ``boundary_ratio``; Wan2.2 TI2V-5B with ``expand_timesteps``, text or text+image);
 - ``WanImageToVideoPipeline`` (Wan2.1 I2V with a CLIP image encoder; Wan2.2 I2V-A14B).
 
-Why this module is ~450 lines: it is the three stages of one class, kept together so they read
-top to bottom like diffusers' own ``__call__``. Everything else is cut out by job: the checkpoint
+Long because it is the three stages of one class, kept together so they read top to bottom like
+diffusers' own ``__call__``. Everything else is cut out by job: the checkpoint
 layout and request checks (:mod:`omni_wan.layout`), loading (:mod:`omni_wan.loading`), the text
 and image encoders and the VAE (:mod:`omni_wan.encoders`), mixed-step batching
 (:mod:`omni_wan.batching`) and what acceleration/parallelism know about the transformer
@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import torch
 
 from omni_core import (
+    AdapterSet,
     ConfigError,
     DenoiseState,
     GenerationRequest,
@@ -42,7 +43,9 @@ from omni_core import (
     PipelineOptions,
     ScheduleTable,
     StagedPipeline,
+    VaeMemory,
     apply_acceleration,
+    apply_offload,
     cache_key,
     parallelize_denoiser,
     route_attention,
@@ -51,6 +54,7 @@ from omni_wan.batching import apply_weights, stack_slot, weights_tensor
 from omni_wan.encoders import WanEncoders
 from omni_wan.extras import WanExtras
 from omni_wan.layout import WanLayout, is_checked, parse_extras
+from omni_wan.memory import read_lora
 
 #: cfg_batch="auto": batch CFG's branches while one forward holds at most this many tokens.
 CFG_BATCH_MAX_TOKENS = 16384
@@ -91,6 +95,9 @@ class WanVideoPipeline(StagedPipeline):
             self.cfg_batch = True
         #: What omni_core.acceleration applied (set by from_pretrained; None: nothing).
         self.accel: Any = None
+        self.offload: Any = None
+        if self.encoders.vae is not None:
+            self.encoders.vae_memory = VaeMemory(self.encoders.vae, options)
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -99,13 +106,19 @@ class WanVideoPipeline(StagedPipeline):
         from omni_wan.loading import load_components
 
         components = load_components(path, options)
+        experts = {n: components.get(n) for n in ("transformer", "transformer_2")}
+        # LoRA into every expert first (a fused distill is plain weights to what follows).
+        adapters = AdapterSet.load(experts, options, read=read_lora)
         pipeline = cls(WanLayout.read(path), components, options)  # routes attention first
+        pipeline.adapters = adapters
         # Fused QKV, quantization, regional compile, step cache (what the Wan DenoiserSpec of
         # omni_wan.denoiser allows); then each expert is wrapped for this rank's parallel
         # layout (a no-op outside a worker group).
         pipeline.accel = apply_acceleration(
             {n: components.get(n) for n in ("transformer", "transformer_2")}, options
         )
+        placed = (*experts, "text_encoder", "image_encoder", "vae")
+        pipeline.offload = apply_offload({n: components.get(n) for n in placed}, options)
         pipeline.transformers = [
             parallelize_denoiser(m, options.attention) for m in pipeline.transformers
         ]
@@ -277,6 +290,8 @@ class WanVideoPipeline(StagedPipeline):
     def step(self, states: list[DenoiseState]) -> None:
         first = states[0].data
         n = states[0].step_index
+        if self.adapters is not None:  # the engine batches one adapter set per step
+            self.adapters.activate(states[0].request.lora)
         table: ScheduleTable = first["table"]
         model = self.transformers[first["experts"][n]]
         model_dtype = model.dtype
@@ -365,9 +380,7 @@ class WanVideoPipeline(StagedPipeline):
             # In lockstep every state holds the same number of past tensors; otherwise pad.
             n_samples = len(first["samples"]) if lockstep else table.sample_history
             n_outputs = len(first["outputs"]) if lockstep else table.output_history - 1
-            samples = [latents] + [
-                stack_slot(states, "samples", k) for k in range(1, n_samples)
-            ]
+            samples = [latents] + [stack_slot(states, "samples", k) for k in range(1, n_samples)]
             outputs = [velocity] + [stack_slot(states, "outputs", j) for j in range(n_outputs)]
         if lockstep:
             new = table.apply(n, samples, outputs)

@@ -36,7 +36,7 @@ from omni_core.serving.state import ServerState
 #: The output modalities this route answers with today.
 SERVED_MODALITIES = ("image",)
 #: The diffusion knobs of a chat body (the prompt comes from ``messages``).
-_KNOBS = ("size", "negative_prompt", "seed", "num_inference_steps", "guidance_scale")
+_KNOBS = ("size", "negative_prompt", "seed", "num_inference_steps", "guidance_scale", "lora")
 
 
 def _parts(content: Any, where: str) -> tuple[list[str], list[str]]:
