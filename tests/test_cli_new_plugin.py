@@ -47,8 +47,13 @@ def test_every_kind_writes_a_complete_package(kind: str, tmp_path: Path) -> None
     module = f"omni_demo_{kind}"
     hook, kind_attr, impl_module, _, _ = KINDS[kind]
     for relative in (
-        "pyproject.toml", "README.md", "CHANGELOG.md", "tox.ini",
-        f"src/{module}/__init__.py", f"src/{module}/plugin.py", f"src/{module}/{impl_module}.py",
+        "pyproject.toml",
+        "README.md",
+        "CHANGELOG.md",
+        "tox.ini",
+        f"src/{module}/__init__.py",
+        f"src/{module}/plugin.py",
+        f"src/{module}/{impl_module}.py",
         f"tests/test_{module}_plugin.py",
     ):
         assert (root / relative).is_file(), relative
@@ -76,7 +81,10 @@ def test_every_kind_writes_a_complete_package(kind: str, tmp_path: Path) -> None
     # The generated code is lint-clean under its own ruff config (ruff is in omni-core[test]).
     lint = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--no-cache", "."],
-        cwd=root, capture_output=True, text=True, timeout=120,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert lint.returncode == 0, lint.stdout
 
@@ -92,9 +100,21 @@ def test_generated_plugin_installed_with_pip_is_listed_and_its_own_test_passes(
     # private target directory: the shared environment is never modified, nothing to uninstall.
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", *isolation,
-         "--target", str(site), str(package)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--quiet",
+            *isolation,
+            "--target",
+            str(site),
+            str(package),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert install.returncode == 0, install.stderr[-3000:]
     assert list(site.glob("omni_kit_check-0.1.0.dist-info"))
@@ -102,7 +122,10 @@ def test_generated_plugin_installed_with_pip_is_listed_and_its_own_test_passes(
     env = {**os.environ, "PYTHONPATH": pythonpath}
     listed = subprocess.run(
         [sys.executable, "-m", "omni_core.cli", "list-plugins", "--json"],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert listed.returncode == 0, listed.stderr
     plugins = {p["name"]: p for p in json.loads(listed.stdout)}
@@ -111,7 +134,11 @@ def test_generated_plugin_installed_with_pip_is_listed_and_its_own_test_passes(
     assert mine["provides"]["attention_backends"] == ["kit-check"]
     own_test = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
-        cwd=package, capture_output=True, text=True, env=env, timeout=300,
+        cwd=package,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert own_test.returncode == 0, own_test.stdout[-3000:]
     # Discoverable, and the backend matches torch's SDPA (6 cases): torch is all it imports.
@@ -125,7 +152,8 @@ def test_the_model_kind_is_a_staged_pipeline_with_its_denoiser_and_uses_only_the
     assert code == 0, output
     root = tmp_path / "omni-demo-dit"
     for relative in (
-        "src/omni_demo_dit/denoiser.py", "src/omni_demo_dit/testing.py",
+        "src/omni_demo_dit/denoiser.py",
+        "src/omni_demo_dit/testing.py",
         "tests/test_omni_demo_dit_pipeline.py",
     ):
         assert (root / relative).is_file(), relative
