@@ -3,7 +3,9 @@ image editing, with OpenAI's chat shapes.
 
 The prompt is the text of the user messages (all of them, in order, as vLLM-Omni reads them)
 and their ``image_url`` parts (data URLs; http(s) only for ``--allowed-url-hosts``) are the
-input images; a system or assistant message is a 400 (an image model cannot use it). The
+input images; a system or developer message is accepted and reported in
+``X-Omni-Ignored-Fields`` (vLLM-Omni drops it too, so the image is what it would make), an
+assistant or tool message is a 400 (earlier answers cannot be fed to an image model). The
 answer is a ``chat.completion`` whose assistant message ``content`` is a list of ``image_url``
 parts holding data-URL images; ``stream: true`` sends ``chat.completion.chunk`` events, the
 image in the last one, then ``[DONE]``. The request runs through the same request path and
@@ -76,17 +78,22 @@ def _parts(content: Any, where: str) -> tuple[list[str], list[str]]:
     return texts, images
 
 
-def _prompt(body: ChatBody) -> tuple[str, list[str]]:
+def _prompt(body: ChatBody, request: Request) -> tuple[str, list[str]]:
     """The prompt and input images of the conversation, as vLLM-Omni reads them: the texts of
-    every user message in order (joined by spaces) and their images in order. Other roles
-    (system, developer, assistant) would change the answer and an image model cannot take them:
-    a 400 naming the message, never dropped."""
+    every user message in order (joined by spaces) and their images in order. System and
+    developer messages are what chat clients add by default; vLLM-Omni drops them, so they are
+    accepted, not used, and reported (``X-Omni-Ignored-Fields: messages[i]``). Assistant and
+    tool turns are a 400 naming the message, never dropped."""
     texts: list[str] = []
     images: list[str] = []
     for i, message in enumerate(body.messages):
         role = message.get("role")
         if not isinstance(role, str):
             raise invalid(f"messages[{i}].role: expected a string", f"messages[{i}]")
+        if role in ("system", "developer"):
+            _parts(message.get("content"), f"messages[{i}]")  # still well-formed
+            compat.ignore(request, f"messages[{i}]")
+            continue
         if role != "user":
             raise invalid(
                 f"messages[{i}]: a {role!r} message cannot be used by an image model, which "
@@ -129,7 +136,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         served = pick(state.models, compat.model_of(data), "image")
         data = compat.translate("chat", data, request, served.pipeline)
         body = validate(ChatBody, data)
-        prompt, urls = _prompt(body)
+        prompt, urls = _prompt(body, request)
         if len(urls) > config.max_images:
             raise invalid(f"messages: at most {config.max_images} images", "messages")
         blobs = []
