@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from PIL import Image
 
     from omni_core.attention import AttentionRouter
+    from omni_core.autoregressive.runtime import ARRuntime
     from omni_core.platforms import Platform
     from omni_core.registry import PipelineSpec
 
@@ -40,6 +41,29 @@ class NoExtras(BaseModel):
     """Extras model of a pipeline that takes none: any extra is an error."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class PreparedVoice:
+    """What a speech pipeline made of a reference voice once (:meth:`SpeechPipeline.prepare_voice`):
+    tensors (a speaker embedding, prompt codes) and JSON-able facts; the server stores both with
+    an uploaded voice so that later requests (and restarts) skip the preparation."""
+
+    tensors: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ReferenceVoice:
+    """A voice to clone: reference audio (float32 mono at ``sample_rate``) and its transcript,
+    and/or what the pipeline prepared from them (``prepared``: set for uploaded voices)."""
+
+    audio: Any = None  # np.ndarray
+    sample_rate: int | None = None
+    transcript: str | None = None
+    prepared: PreparedVoice | None = None
+    #: The uploaded voice's name (None: reference audio sent with the request).
+    name: str | None = None
 
 
 class GenerationRequest(BaseModel):
@@ -60,6 +84,9 @@ class GenerationRequest(BaseModel):
     voice: str | None = None
     speed: float = Field(1.0, ge=0.25, le=4.0)
     sample_rate: int | None = Field(None, ge=8000, le=192000)
+    reference: ReferenceVoice | None = Field(
+        None, description="Speech: a voice to clone (reference audio or an uploaded voice)."
+    )
     extras: dict[str, Any] = Field(default_factory=dict)
     request_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -270,4 +297,21 @@ class SpeechPipeline(Pipeline):
     def known_voices(cls) -> list[Voice] | None:
         """Voices known without loading weights (``omni voices``);
         None: only a loaded model can tell."""
+        return None
+
+    #: True when :meth:`prepare_voice` works and requests may carry a ``reference`` voice.
+    clones_voices: ClassVar[bool] = False
+
+    def prepare_voice(self, voice: ReferenceVoice) -> PreparedVoice:
+        """Prepare a reference voice once (``POST /v1/audio/voices``): speaker embedding, prompt
+        codes, ... Requests then carry it as ``ReferenceVoice(prepared=...)``. The default
+        refuses: this model cannot clone voices."""
+        raise InvalidRequestError(
+            f"{type(self).__name__} cannot clone voices from reference audio", param="audio"
+        )
+
+    def shared_runtime(self) -> ARRuntime | None:
+        """The :class:`~omni_core.autoregressive.ARRuntime` that advances every open stream of
+        this pipeline in one step (autoregressive pipelines). The engine then steps it once per
+        loop iteration and polls the streams; None (the default): each stream advances alone."""
         return None
