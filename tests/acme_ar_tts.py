@@ -154,8 +154,8 @@ class AcmeCodec(ChunkDecoder):
         self.model = model
         self.sample_rate, self.samples_per_frame = cfg["sample_rate"], cfg["samples_per_frame"]
 
-    def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        return self.model.decode_audio(codes)
+    def decode(self, codes: torch.Tensor, context: int) -> torch.Tensor:
+        return self.model.decode_audio(codes)[:, context * self.samples_per_frame :]
 
 
 class AcmeARTTSPipeline(AutoregressiveSpeechPipeline):

@@ -267,6 +267,8 @@ class ARRuntime:
                     param="input",
                 )
             state.max_frames = min(state.max_frames, room)
+            if state.codec_context is not None and self.stages.codec.left_context:
+                stream.context = state.codec_context[:, -self.stages.codec.left_context :]
             state.slot = self._free.pop(0)
             self._active.append(stream)
             self.cache.reset_slot(state.slot)
@@ -322,8 +324,7 @@ class ARRuntime:
             stream.context = full[:, full.shape[1] - keep :] if keep else None
             stream.codes.append(codes)
         try:
-            wav = codec.decode(torch.stack(inputs))
-            audio = wav[:, context * codec.samples_per_frame :].float().to("cpu").numpy()
+            audio = codec.decode(torch.stack(inputs), context).float().to("cpu").numpy()
         except Exception as exc:
             log.exception("codec failed for %d requests", len(members))
             for stream, _, _ in members:

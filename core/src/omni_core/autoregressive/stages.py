@@ -42,6 +42,9 @@ class ARState:
     data: dict[str, Any] = field(default_factory=dict)
     #: Frames this request may make at most (its stop token usually ends it first).
     max_frames: int = 1024
+    #: ``[codebooks, frames]`` codes the codec reads as left context before the first frame
+    #: (e.g. a cloned voice's reference codes); None: none.
+    codec_context: torch.Tensor | None = None
     #: Set by the runtime: the cache slot, and frames made so far (the next frame's index).
     slot: int = -1
     frames: int = 0
@@ -120,14 +123,15 @@ class ChunkDecoder(ABC):
     sample_rate: int = 24000
     #: Audio samples per frame.
     samples_per_frame: int = 1920
-    #: Frames of already-decoded context passed before the new ones of each chunk; their audio
-    #: is decoded again and dropped, so a chunk joins its predecessor seamlessly.
+    #: Frames of already-decoded context passed before the new ones of each chunk, so a chunk
+    #: joins its predecessor seamlessly.
     left_context: int = 0
 
     @abstractmethod
-    def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """``codes [rows, codebooks, frames]`` -> ``[rows, frames * samples_per_frame]`` audio
-        (float, in [-1, 1])."""
+    def decode(self, codes: torch.Tensor, context: int) -> torch.Tensor:
+        """``codes [rows, codebooks, context + new]`` -> the audio of the ``new`` frames only,
+        ``[rows, new * samples_per_frame]`` (float, in [-1, 1]); the first ``context`` frames
+        are left context (already handed out, or a reference voice's codes)."""
 
 
 @dataclass(frozen=True)
