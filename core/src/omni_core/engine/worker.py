@@ -313,7 +313,7 @@ class Engine:
                 chunks, stream = entry.stream.poll(), entry.stream
                 if stream.error is not None:
                     raise stream.error
-            else:
+            else:  # a stream that advances alone
                 chunks, stream = [next(entry.stream)], None
         except StopIteration:
             self._finish_speech(entry)
@@ -327,7 +327,7 @@ class Engine:
             return
         if chunks and entry.first_chunk_s is None and job.started_at is not None:
             entry.first_chunk_s = time.monotonic() - job.started_at
-        entry.chunks.extend(chunks)
+        entry.chunks += chunks
         try:
             for chunk in chunks if job.on_chunk is not None else ():
                 job.on_chunk(chunk)
@@ -337,11 +337,10 @@ class Engine:
             self._finish_speech(entry)
 
     def _finish_speech(self, entry: _Running) -> None:
-        job = entry.job
         if not entry.chunks:
             self._fail(entry, InvalidRequestError("the model produced no audio", param="input"))
             return
-        total = time.monotonic() - (job.started_at or job.submitted_at)
+        total = time.monotonic() - (entry.job.started_at or entry.job.submitted_at)
         self._succeed(entry, speech_result(entry.chunks, entry.first_chunk_s or 0.0, total))
 
     # -- completion ----------------------------------------------------------------------------

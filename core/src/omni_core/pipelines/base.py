@@ -299,6 +299,13 @@ class SpeechPipeline(Pipeline):
         None: only a loaded model can tell."""
         return None
 
+    def warmup_fields(self) -> dict[str, Any]:
+        """Keywords of the smallest request that runs this model end to end (the server's
+        warm-up): shared fields by name, the rest extras. Models that need more than a text
+        (a voice description, a reference voice) or would speak long (random test weights)
+        say so here."""
+        return {"prompt": "Hello."}
+
     #: True when :meth:`prepare_voice` works and requests may carry a ``reference`` voice.
     clones_voices: ClassVar[bool] = False
 

@@ -149,6 +149,20 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
             )
         return request
 
+    def warmup_fields(self) -> dict[str, Any]:
+        """A short greedy request of this kind (a design for VoiceDesign, a synthetic reference
+        voice for Base), at most 8 frames: random-weight checkpoints may never say EOS."""
+        import numpy as np
+
+        fields: dict[str, Any] = {"prompt": "Hello.", "temperature": 0, "max_new_tokens": 9}
+        if self.model.kind == "voice_design":
+            fields["instructions"] = "a clear voice"
+        if self.model.kind == "base":
+            tone = 0.3 * np.sin(np.linspace(0, 2000, 24000)).astype(np.float32)
+            fields["reference"] = ReferenceVoice(audio=tone, sample_rate=24000)
+            fields["x_vector_only_mode"] = True
+        return fields
+
     # -- voices -------------------------------------------------------------------------------
 
     def prepare_voice(self, voice: ReferenceVoice) -> PreparedVoice:
