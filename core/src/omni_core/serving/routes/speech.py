@@ -96,8 +96,13 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             actual = body.language if _speaks(body.language, spoken) else spoken
             compat.pipeline_field(pipeline, "language", body.language, actual, extras, request)
         fields: dict[str, Any] = {"prompt": body.input, "speed": body.speed}
-        if body.voice_id() is not None and not uploaded:
-            fields["voice"] = body.voice_id()
+        voice = body.voice_id()
+        if reference is not None and not uploaded and voice is not None:
+            if voice not in {v.id for v in pipeline.voices()}:  # the openai SDK sends one always
+                compat.ignore(request, "voice")  # ref_audio is the voice: reported, not used
+                voice = None
+        if voice is not None and not uploaded:
+            fields["voice"] = voice
         if reference is not None:
             fields["reference"] = reference
         if body.seed is not None:
