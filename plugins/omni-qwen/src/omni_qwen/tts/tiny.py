@@ -248,16 +248,19 @@ GENERATION = {
 _KEEP = ("norm", "layernorm", "layer_scale", "gamma", "cluster_usage", "alpha", "beta", "initialized")
 
 
-def _randomise(module: torch.nn.Module, generator: torch.Generator) -> None:
-    """Seeded random weights of a sane scale (biases and norm/scale parameters keep their init)."""
+def _randomise(module: torch.nn.Module, generator: torch.Generator, table_std: float, std: float) -> None:
+    """Seeded random weights, so a seed gives the same checkpoint (norm and scale parameters keep
+    their constant init): the talker's are large enough that the prompt steers the codes, the
+    codec's small enough not to clip."""
     with torch.no_grad():
         for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
-            if any(k in name for k in _KEEP) or name.endswith("bias") or not tensor.is_floating_point():
+            if any(k in name for k in _KEEP) or not tensor.is_floating_point() or "inv_freq" in name:
                 continue
-            if "inv_freq" in name:
-                continue
-            std = 1.0 if ("embedding" in name or "embed_sum" in name) else 0.08
-            tensor.copy_(torch.randn(tensor.shape, generator=generator) * std)
+            if name.endswith("bias"):
+                scale = 0.02
+            else:
+                scale = table_std if ("embedding" in name or "embed_sum" in name) else std
+            tensor.copy_(torch.randn(tensor.shape, generator=generator) * scale)
 
 
 def _save(state: dict[str, torch.Tensor], path: Path) -> None:
@@ -284,15 +287,15 @@ def build_tiny_qwen3_tts(path: str | Path, kind: str = "custom_voice", size: str
     generator = torch.Generator().manual_seed(seed)
     config = Qwen3TTSConfig.from_dict(raw)
     talker = Talker(config.talker)
-    _randomise(talker, generator)
+    _randomise(talker, generator, 0.3, 0.2)
     state = {f"talker.{k}": v for k, v in talker.state_dict().items()}
     if kind == "base":
         speaker = SpeakerEncoder(config.speaker_encoder)
-        _randomise(speaker, generator)
+        _randomise(speaker, generator, 0.3, 0.2)
         state.update({f"speaker_encoder.{k}": v for k, v in speaker.state_dict().items()})
     _save(state, folder / "model.safetensors")
     codec = SpeechTokenizer(SpeechTokenizerConfig.from_dict(raw_speech))
-    _randomise(codec, generator)
+    _randomise(codec, generator, 1.0, 0.08)
     _save(to_official_keys(codec.state_dict()), folder / "speech_tokenizer" / "model.safetensors")
     (folder / "config.json").write_text(json.dumps(raw, indent=2), encoding="utf-8")
     (folder / "generation_config.json").write_text(json.dumps(GENERATION, indent=2), encoding="utf-8")
