@@ -58,6 +58,7 @@ class Qwen3TTSExtras(BaseModel):
     top_k: int | None = Field(None, ge=0, le=10_000)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=4.0)
+    min_new_tokens: int = Field(2, ge=0, le=8192, description="No end of speech before this.")
     non_streaming_mode: bool | None = Field(None, description="Feed the whole text at prefill.")
 
 
@@ -248,6 +249,7 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
         data = {
             "prompt": prompt,
             "made": torch.zeros((), dtype=torch.long, device=device),
+            "min_new_tokens": torch.tensor(int(extras["min_new_tokens"]), device=device),
             "repetition_penalty": torch.tensor(
                 float(self._setting(extras, "repetition_penalty", 1.05)), device=device
             ),

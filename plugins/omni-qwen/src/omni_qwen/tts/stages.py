@@ -115,7 +115,8 @@ class TalkerStage(DecoderStage):
         penalty = _stack(states, "repetition_penalty")[:, None]
         scores = logits.float()
         penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
-        scores = model.codec0_logits(torch.where(seen, penalised, scores), None, made, 1.0)
+        least = _stack(states, "min_new_tokens")[:, None]
+        scores = model.codec0_logits(torch.where(seen, penalised, scores), None, made, 1.0, least)
         code0 = sample(scores, self.settings(states), self.generator)
         seen = seen.scatter(1, code0[:, None], True)
         for row, state in enumerate(states):
