@@ -75,7 +75,7 @@ def main(out: Path) -> None:
         )
         results[f"{name}.codes"] = output.codes.numpy()
         results[f"{name}.wav"] = output.wav
-    fixed = torch.randint(0, 64, (16, 40), generator=torch.Generator().manual_seed(3))
+    fixed = torch.randint(0, 64, (16, 330), generator=torch.Generator().manual_seed(3))
     results["fixed_codes"] = fixed.numpy()
     with torch.inference_mode():
         results["fixed_wav"] = models["custom_voice"].codec.decode(fixed).numpy()

@@ -93,10 +93,11 @@ def load_strict(module: nn.Module, state: dict[str, torch.Tensor], what: str, as
 
 
 def load_tokenizer(folder: Path) -> Any:
-    """The Qwen2 text tokenizer from the checkpoint's tokenizer files."""
-    from transformers import AutoTokenizer
+    """The Qwen2 text tokenizer from the checkpoint's tokenizer files (the official processor
+    takes only Qwen2 tokenizers)."""
+    from transformers import Qwen2Tokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(folder))
+        return Qwen2Tokenizer.from_pretrained(str(folder))
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{folder}: cannot load the text tokenizer ({exc})") from exc
