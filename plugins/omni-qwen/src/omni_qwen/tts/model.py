@@ -179,7 +179,7 @@ class Qwen3TTSModel(nn.Module):
         codec_state = to_module_keys(read_safetensors(folder / "speech_tokenizer"))
         load_strict(model.codec, codec_state, f"{folder}/speech_tokenizer", assign=True)
         model.talker.reset_rotary()  # its buffers were on the meta device
-        return model.to_device(device, dtype).eval()
+        return model.to_device(device, dtype).eval().requires_grad_(False)
 
     def to_device(self, device: str | torch.device, dtype: torch.dtype) -> Qwen3TTSModel:
         """``.to(device, dtype)`` keeping every RoPE inverse-frequency buffer in float32."""

@@ -79,6 +79,7 @@ class SpeechTokenizer(nn.Module):
             self.encoder_quantizer = MimiSplitResidualVectorQuantizer(mimi)
 
     # -- decoding ---------------------------------------------------------------------------
+    @torch.inference_mode()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         """codes [B, Q, T] (or [Q, T]) -> wav [B, T * samples_per_frame] (or [N]), as the official
         tokenizer decodes a whole utterance (300-frame chunks with 25 frames of left context)."""
@@ -87,6 +88,7 @@ class SpeechTokenizer(nn.Module):
         wav = self.decoder.chunked(codes.clamp(min=0))[:, 0]
         return wav[0] if single else wav
 
+    @torch.inference_mode()
     def decode_chunk(self, codes: torch.Tensor, context: int) -> torch.Tensor:
         """codes [B, Q, C + T] whose first ``context`` (C) frames were decoded before ->
         the samples of the T new frames [B, T * samples_per_frame]."""
