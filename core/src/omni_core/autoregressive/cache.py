@@ -1,8 +1,9 @@
 """The runtime-owned KV cache: one slot per request, behind transformers' ``Cache`` API.
 
 :class:`SlotCache` holds, per decoder layer, keys and values of shape
-``[slots, kv_heads, max_len, head_dim]`` (allocated on the first ``update`` of the layer, with
-that call's dtype and device). The runtime *binds* a batch before each forward: which slot each
+``[slots, kv_heads, positions, head_dim]`` with that layer's dtype, grown by doubling (between
+steps, a device copy) up to ``num_slots`` x ``max_len`` as requests join and grow, so memory
+follows what is in flight. The runtime *binds* a batch before each forward: which slot each
 batch row uses, and how many new tokens each row adds (the same for every row: the whole prompt
 of one request at prefill, one token per row at decode). A transformers decoder layer then calls
 ``update`` as it would on a ``DynamicCache``; the new keys land at each row's own length and the
@@ -127,16 +128,8 @@ class SlotCache(Cache):
         *args: Any,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        import torch
 
-        if layer_idx not in self._keys:
-            _, heads, _, dim = key_states.shape
-            shape = (self.num_slots, heads, self.max_len, dim)
-            self._keys[layer_idx] = torch.zeros(shape, dtype=key_states.dtype, device=self.device)
-            self._values[layer_idx] = torch.zeros(
-                shape, dtype=value_states.dtype, device=self.device
-            )
-        keys, values = self._keys[layer_idx], self._values[layer_idx]
+        keys, values = self._grown(layer_idx, key_states, value_states)
         assert self._slot_index is not None
         # rows x new positions -> (slot, position) pairs; values go in as [rows, new, heads, dim]
         positions = self.position_ids()
@@ -152,6 +145,30 @@ class SlotCache(Cache):
             keys[:, :, :length].index_select(0, index),
             values[:, :, :length].index_select(0, index),
         )
+
+    def _grown(
+        self, layer_idx: int, key_states: torch.Tensor, value_states: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's storage, grown (doubling, up to the limits) to hold the bound rows."""
+        import torch
+
+        need_slots = max(self._slots) + 1
+        need_len = self._view_len()
+        keys = self._keys.get(layer_idx)
+        if keys is not None and keys.shape[0] >= need_slots and keys.shape[2] >= need_len:
+            return keys, self._values[layer_idx]
+        have_slots, have_len = (0, 0) if keys is None else (keys.shape[0], keys.shape[2])
+        slots = min(self.num_slots, max(need_slots, 2 * have_slots, 4))
+        length = min(self.max_len, max(need_len, 2 * have_len, 256))
+        _, heads, _, dim = key_states.shape
+        grown = []
+        for old, like in ((keys, key_states), (self._values.get(layer_idx), value_states)):
+            new = torch.zeros((slots, heads, length, dim), dtype=like.dtype, device=self.device)
+            if old is not None:
+                new[: old.shape[0], :, : old.shape[2]] = old
+            grown.append(new)
+        self._keys[layer_idx], self._values[layer_idx] = grown
+        return grown[0], grown[1]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return max((self.host_lengths[s] for s in self._slots), default=0)
