@@ -1,10 +1,10 @@
 """The 12 Hz speech tokenizer (``speech_tokenizer/``): Mimi encoder + the 12 Hz decoder.
 
-The encoder is transformers' own Mimi (``MimiEncoderModel`` + ``MimiSplitResidualVectorQuantizer``,
-built from the ``encoder_config`` Mimi dict); the official file stores it in Mimi's original flat
-layout under ``encoder.`` (``encoder.encoder.layers``, ``encoder.encoder_transformer``,
-``encoder.downsample``, ``encoder.quantizer``), which :func:`to_module_keys` renames. Of the 32
-Mimi codebooks the first ``encoder_valid_num_quantizers`` (16) are the model's.
+The encoder is transformers' own Mimi (:class:`.blocks.MimiEncoder`, built from the
+``encoder_config`` Mimi dict); the official file stores it in Mimi's original flat layout under
+``encoder.`` (``encoder.encoder.layers``, ``encoder.encoder_transformer``, ``encoder.downsample``,
+``encoder.quantizer``), which :func:`to_module_keys` maps. Of the 32 Mimi codebooks the first
+``encoder_valid_num_quantizers`` (16) are the model's.
 """
 
 from __future__ import annotations
@@ -18,45 +18,18 @@ from torch import nn
 from .codec import CodecDecoder
 from .config import SpeechTokenizerConfig
 
-_RENAMES = (
-    ("encoder.encoder.layers.", "encoder.encoder_seanet.layers."),
-    ("encoder.encoder_transformer.", "encoder.encoder_transformer."),
-    ("encoder.downsample.", "encoder.downsample."),
-    ("encoder.quantizer.", "encoder_quantizer."),
-)
-
-
 def to_module_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Official speech-tokenizer keys -> this module's."""
-    out = {}
-    for key, value in state.items():
-        for old, new in _RENAMES:
-            if key.startswith(old):
-                key = new + key[len(old) :]
-                break
-        out[key] = value
-    return out
+    from .blocks import mimi_module_keys
+
+    return {(f"encoder.{mimi_module_keys(k[8:])}" if k.startswith("encoder.") else k): v for k, v in state.items()}
 
 
 def to_official_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """This module's keys -> the official layout (what the tiny builder saves)."""
-    out = {}
-    for key, value in state.items():
-        for old, new in _RENAMES:
-            if key.startswith(new):
-                key = old + key[len(new) :]
-                break
-        out[key] = value
-    return out
+    from .blocks import mimi_official_keys
 
-
-def _mimi_config(raw: dict[str, Any], attn_implementation: str) -> Any:
-    from transformers.models.mimi.configuration_mimi import MimiEncoderConfig
-
-    fields = {k: v for k, v in raw.items() if k not in ("architectures", "transformers_version", "torch_dtype", "dtype")}
-    config = MimiEncoderConfig(**fields)
-    config._attn_implementation = attn_implementation
-    return config
+    return {(f"encoder.{mimi_official_keys(k[8:])}" if k.startswith("encoder.") else k): v for k, v in state.items()}
 
 
 class SpeechTokenizer(nn.Module):
@@ -67,16 +40,10 @@ class SpeechTokenizer(nn.Module):
         self.samples_per_frame = cfg.decode_upsample_rate
         self.sample_rate = cfg.output_sample_rate
         self.encoder: nn.Module | None = None
-        self.encoder_quantizer: nn.Module | None = None
         if cfg.encoder is not None:
-            from transformers.models.mimi.modeling_mimi import (
-                MimiEncoderModel,
-                MimiSplitResidualVectorQuantizer,
-            )
+            from .blocks import MimiEncoder
 
-            mimi = _mimi_config(cfg.encoder, attn_implementation)
-            self.encoder = MimiEncoderModel(mimi)
-            self.encoder_quantizer = MimiSplitResidualVectorQuantizer(mimi)
+            self.encoder = MimiEncoder(cfg.encoder, attn_implementation)
 
     # -- decoding ---------------------------------------------------------------------------
     @torch.inference_mode()
@@ -99,14 +66,13 @@ class SpeechTokenizer(nn.Module):
     @torch.inference_mode()
     def encode(self, wav: torch.Tensor, sr: int) -> torch.Tensor:
         """Mono waveform [N] at ``sr`` (resampled to the input rate) -> codes [Q, ceil(N' / 1920)]."""
-        if self.encoder is None or self.encoder_quantizer is None:
+        if self.encoder is None:
             raise ValueError("this speech tokenizer has no encoder (speech_tokenizer/config.json)")
         from .audio import resample
 
         param = next(self.encoder.parameters())
         wav = torch.as_tensor(wav, dtype=torch.float32).reshape(-1)
         wav = resample(wav, int(sr), self.cfg.input_sample_rate)
-        latents = self.encoder(wav[None, None].to(device=param.device, dtype=param.dtype)).latents
-        codes = self.encoder_quantizer.encode(latents, None)  # [n_q, B, frames]
+        codes = self.encoder(wav[None, None].to(device=param.device, dtype=param.dtype))  # [n_q, B, frames]
         frames = math.ceil(wav.shape[-1] / self.cfg.encode_downsample_rate)
         return codes[: self.cfg.encoder_valid_num_quantizers, 0, :frames]

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .blocks import layer_cache_kwarg
 from .config import TalkerConfig, qwen3_stack_config
 
 
@@ -85,14 +86,15 @@ class DecoderStack(nn.Module):
             past = cache.get_seq_length() if cache is not None else 0
             mask = causal_mask(seq, past + seq, hidden.device, hidden.dtype)
         position_embeddings = self.rotary_emb(hidden, position_ids)
+        cache_kwarg = {layer_cache_kwarg(): cache}
         for layer in self.layers:
             hidden = layer(
                 hidden,
                 attention_mask=mask,
                 position_ids=position_ids,
-                cache=cache,
                 use_cache=cache is not None,
                 position_embeddings=position_embeddings,
+                **cache_kwarg,
             )
         return self.norm(hidden)
 
