@@ -263,7 +263,8 @@ def bench_size(size: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     dtype = "bfloat16" if cuda else "float32"
-    omni = Omni(folder, device=device, dtype=dtype)
+    chunks = {"first_chunk_frames": args.first_chunk_frames, "chunk_frames": args.chunk_frames}
+    omni = Omni(folder, device=device, dtype=dtype, **chunks)
     sync()
     load_s = time.perf_counter() - t0
     params = sum(p.numel() for p in omni.pipeline.model.parameters())
@@ -307,6 +308,7 @@ def bench_size(size: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         "size": size,
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "dtype": dtype,
+        "chunk_frames": chunks,
         "parameters": params,
         "checkpoint_build_s": build_s,
         "load_s": load_s,
@@ -324,6 +326,8 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,8,16,64")
     parser.add_argument("--frames", type=int, default=100, help="frames per request (80 ms each)")
     parser.add_argument("--greedy", action="store_true")
+    parser.add_argument("--first-chunk-frames", type=int, default=2)
+    parser.add_argument("--chunk-frames", type=int, default=8)
     parser.add_argument("--cpu", action="store_true")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
