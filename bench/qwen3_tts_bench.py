@@ -224,11 +224,11 @@ def run_reference(omni: Any, frames: int, sync: Any) -> dict[str, Any]:
     from omni_qwen.tts.reference import decode_waveform, generate_codes
 
     model = omni.pipeline.model
-    prompt = model.build_prompt(TEXT, "aiden", "auto")
-    generate_codes(model, prompt, 8, 1.05, 4)  # warm-up
+    prompt = model.build_prompt(TEXT, speaker="aiden", language="auto")
+    generate_codes(model, prompt, max_new_tokens=8, min_new_tokens=4)  # warm-up
     sync()
     t0 = time.perf_counter()
-    codes = generate_codes(model, prompt, frames + 1, 1.05, frames)
+    codes = generate_codes(model, prompt, max_new_tokens=frames + 1, min_new_tokens=frames)
     wav = decode_waveform(model, codes)
     sync()
     total = time.perf_counter() - t0

@@ -232,11 +232,11 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
         try:
             prompt = model.build_prompt(
                 request.prompt,
-                speaker,
-                extras.get("language") or "auto",
-                extras.get("instructions"),
-                voice,
-                extras.get("non_streaming_mode"),
+                speaker=speaker,
+                language=extras.get("language") or "auto",
+                instructions=extras.get("instructions"),
+                voice=voice,
+                non_streaming=extras.get("non_streaming_mode"),
             )
         except Qwen3TTSInputError as exc:
             raise _input_error(exc) from None
