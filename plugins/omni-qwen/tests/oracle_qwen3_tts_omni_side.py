@@ -17,21 +17,31 @@ import torch
 
 MAX_NEW_TOKENS = 24
 PENALTY = 1.05
-CASES = [
-    # name, kind, request, non_streaming
-    ("cv_plain", "custom_voice", {"text": "hello world", "speaker": "aiden", "language": "english"}, True),
+CV, VD, BASE = "custom_voice", "voice_design", "base"
+CASES = [  # name, kind, request, non_streaming
+    ("cv_plain", CV, {"text": "hello world", "speaker": "aiden", "language": "english"}, True),
     (
         "cv_instruct_stream",
-        "custom_voice",
-        {"text": "hello user", "speaker": "serena", "language": "english", "instructions": "whisper"},
+        CV,
+        {"text": "hi user", "speaker": "serena", "instructions": "whisper"},
         False,
     ),
-    ("cv_dialect_auto", "custom_voice", {"text": "world hello", "speaker": "uncle_fu", "language": "auto"}, True),
-    ("vd_design", "voice_design", {"text": "hello world", "language": "german", "instructions": "a calm deep voice"}, True),
-    ("vd_stream", "voice_design", {"text": "hello", "language": "auto", "instructions": "bright"}, False),
-    ("base_icl", "base", {"text": "hello world", "language": "english", "ref_text": "hello"}, False),
-    ("base_icl_nonstream", "base", {"text": "world", "language": "auto", "ref_text": "hello user"}, True),
-    ("base_xvec", "base", {"text": "hello world", "language": "english", "x_vector_only": True}, False),
+    (
+        "cv_dialect_auto",
+        CV,
+        {"text": "world hello", "speaker": "uncle_fu", "language": "auto"},
+        True,
+    ),
+    ("vd_design", VD, {"text": "hello world", "language": "german", "instructions": "calm"}, True),
+    ("vd_stream", VD, {"text": "hello", "language": "auto", "instructions": "bright"}, False),
+    ("base_icl", BASE, {"text": "hello world", "language": "english", "ref_text": "hello"}, False),
+    ("base_icl_nonstream", BASE, {"text": "world", "ref_text": "hello user"}, True),
+    (
+        "base_xvec",
+        BASE,
+        {"text": "hello world", "language": "english", "x_vector_only": True},
+        False,
+    ),
 ]
 
 
@@ -39,7 +49,9 @@ def reference_audio(sr: int = 24000, seconds: float = 1.3) -> np.ndarray:
     """A deterministic voiced-ish test signal: two partials with vibrato plus a little noise."""
     t = np.arange(int(sr * seconds)) / sr
     rng = np.random.default_rng(7)
-    wav = 0.4 * np.sin(2 * np.pi * (180 + 8 * np.sin(2 * np.pi * 5 * t)) * t) + 0.2 * np.sin(2 * np.pi * 470 * t)
+    wav = 0.4 * np.sin(2 * np.pi * (180 + 8 * np.sin(2 * np.pi * 5 * t)) * t) + 0.2 * np.sin(
+        2 * np.pi * 470 * t
+    )
     return (wav * np.hanning(t.size) + 0.01 * rng.standard_normal(t.size)).astype(np.float32)
 
 
@@ -60,7 +72,10 @@ def main(out: Path) -> None:
         voice = None
         if kind == "base":
             voice = model.prepare_voice(
-                ref, 24000, ref_text=request.pop("ref_text", None), x_vector_only=request.pop("x_vector_only", False)
+                ref,
+                24000,
+                ref_text=request.pop("ref_text", None),
+                x_vector_only=request.pop("x_vector_only", False),
             )
             results[f"{name}.spk"] = voice.speaker_embedding.numpy()
             if voice.ref_codes is not None:
@@ -80,7 +95,9 @@ def main(out: Path) -> None:
     with torch.inference_mode():
         results["fixed_wav"] = models["custom_voice"].codec.decode(fixed).numpy()
     np.savez(out / "omni.npz", **results)
-    (out / "cases.json").write_text(json.dumps({"cases": CASES, "max_new_tokens": MAX_NEW_TOKENS, "penalty": PENALTY}))
+    (out / "cases.json").write_text(
+        json.dumps({"cases": CASES, "max_new_tokens": MAX_NEW_TOKENS, "penalty": PENALTY})
+    )
 
 
 if __name__ == "__main__":

@@ -48,7 +48,9 @@ def test_streamed_chunks_with_left_context_equal_whole_decoding(qwen3_tts) -> No
     assert streamed.shape == whole.shape
     torch.testing.assert_close(streamed, whole, rtol=0, atol=CHUNK_ATOL)
     # without enough left context the seams differ: the test above is not vacuous
-    blind = torch.cat([codec.decode_chunk(codes[..., s : s + step], context=0) for s in range(0, 36, step)], -1)
+    blind = torch.cat(
+        [codec.decode_chunk(codes[..., s : s + step], context=0) for s in range(0, 36, step)], -1
+    )
     assert float((blind - whole).abs().max()) > 1e-3
 
 
@@ -80,7 +82,9 @@ def test_resample_keeps_a_tone() -> None:
     tone = torch.sin(2 * math.pi * 440 * t).float()
     up = resample(tone, 16000, 24000)
     assert up.shape == (24000,)
-    expected = torch.sin(2 * math.pi * 440 * torch.arange(24000, dtype=torch.float64) / 24000).float()
+    expected = torch.sin(
+        2 * math.pi * 440 * torch.arange(24000, dtype=torch.float64) / 24000
+    ).float()
     torch.testing.assert_close(up[200:-200], expected[200:-200], rtol=0, atol=2e-2)
     down = resample(up, 24000, 16000)
     torch.testing.assert_close(down[200:-200], tone[200:-200], rtol=0, atol=2e-2)
@@ -98,7 +102,9 @@ def test_mel_filterbank_is_slaney_normalised() -> None:
     peaks = freqs[bank.argmax(axis=1)]
     assert (np.diff(peaks) >= 0).all() and peaks[-1] > 10000
     mel = log_mel(torch.zeros(1, 24000))
-    assert mel.shape == (1, 128, 24000 // 256) and torch.allclose(mel, torch.log(torch.tensor(1e-5)), atol=1e-3)
+    assert mel.shape == (1, 128, 24000 // 256) and torch.allclose(
+        mel, torch.log(torch.tensor(1e-5)), atol=1e-3
+    )
 
 
 @torch.inference_mode()

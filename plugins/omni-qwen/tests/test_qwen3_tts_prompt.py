@@ -20,7 +20,9 @@ def _codec(model, *ids: int) -> torch.Tensor:
 
 def _tts(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     c = model.config
-    rows = model.talker.embed_text(torch.tensor([[c.tts_bos_token_id, c.tts_eos_token_id, c.tts_pad_token_id]]))[0]
+    rows = model.talker.embed_text(
+        torch.tensor([[c.tts_bos_token_id, c.tts_eos_token_id, c.tts_pad_token_id]])
+    )[0]
     return rows[0], rows[1], rows[2]
 
 
@@ -32,13 +34,21 @@ def test_custom_voice_non_streaming_layout(qwen3_tts) -> None:
     ids = _text_ids(model, "<|im_start|>assistant\nhello world<|im_end|>\n<|im_start|>assistant\n")
     text = ids[3:-5]
     bos, eos, pad = _tts(model)
-    tag = [tc.codec_think_id, tc.codec_think_bos_id, tc.codec_language_id["english"], tc.codec_think_eos_id]
-    codec = torch.cat([_codec(model, *tag), _codec(model, tc.spk_id["serena"]), _codec(model, tc.codec_pad_id)])
+    tag = [
+        tc.codec_think_id,
+        tc.codec_think_bos_id,
+        tc.codec_language_id["english"],
+        tc.codec_think_eos_id,
+    ]
+    codec = torch.cat(
+        [_codec(model, *tag), _codec(model, tc.spk_id["serena"]), _codec(model, tc.codec_pad_id)]
+    )
     expected = torch.cat(
         [
             model.talker.embed_text(torch.tensor(ids[:3])),  # <|im_start|>assistant\n
             torch.cat([pad.expand(len(tag) + 1, -1), bos[None]]) + codec,  # tag + speaker + pad
-            torch.cat([model.talker.embed_text(torch.tensor(text)), eos[None]]) + _codec(model, tc.codec_pad_id),
+            torch.cat([model.talker.embed_text(torch.tensor(text)), eos[None]])
+            + _codec(model, tc.codec_pad_id),
             pad[None] + _codec(model, tc.codec_bos_id),
         ]
     )
@@ -52,10 +62,12 @@ def test_custom_voice_non_streaming_layout(qwen3_tts) -> None:
 @torch.inference_mode()
 def test_streaming_feeds_the_text_one_row_per_step(qwen3_tts) -> None:
     model = qwen3_tts["custom_voice"]
-    prompt = model.build_prompt("hello world", speaker="aiden", language="auto", non_streaming=False)
+    prompt = model.build_prompt(
+        "hello world", speaker="aiden", language="auto", non_streaming=False
+    )
     ids = _text_ids(model, "<|im_start|>assistant\nhello world<|im_end|>\n<|im_start|>assistant\n")
     text = ids[3:-5]
-    bos, eos, pad = _tts(model)
+    _, eos, pad = _tts(model)
     # auto: nothink, think_bos, think_eos (3 tag rows); then speaker, pad; first text token + bos
     assert prompt.embeds.shape[0] == 3 + 5 + 1
     tc = model.config.talker
@@ -74,7 +86,9 @@ def test_instructions_come_first_and_dialects_pick_their_language(qwen3_tts) -> 
     instruct = _text_ids(model, "<|im_start|>user\nwhisper<|im_end|>\n")
     assert styled.embeds.shape[0] == plain.embeds.shape[0] + len(instruct)
     torch.testing.assert_close(styled.embeds[len(instruct) :], plain.embeds)
-    torch.testing.assert_close(styled.embeds[: len(instruct)], model.talker.embed_text(torch.tensor(instruct)))
+    torch.testing.assert_close(
+        styled.embeds[: len(instruct)], model.talker.embed_text(torch.tensor(instruct))
+    )
     builder = model._prompts
     tc = model.config.talker
     assert builder.language_id("auto", "uncle_fu") == tc.codec_language_id["beijing_dialect"]
@@ -86,8 +100,12 @@ def test_instructions_come_first_and_dialects_pick_their_language(qwen3_tts) -> 
 
 @torch.inference_mode()
 def test_voice_design_has_no_speaker_row(qwen3_tts) -> None:
-    design = qwen3_tts["voice_design"].build_prompt("hello", language="english", instructions="a calm voice")
-    custom = qwen3_tts["custom_voice"].build_prompt("hello", speaker="aiden", language="english", instructions="a calm voice")
+    design = qwen3_tts["voice_design"].build_prompt(
+        "hello", language="english", instructions="a calm voice"
+    )
+    custom = qwen3_tts["custom_voice"].build_prompt(
+        "hello", speaker="aiden", language="english", instructions="a calm voice"
+    )
     assert design.embeds.shape[0] == custom.embeds.shape[0] - 1
 
 
@@ -102,9 +120,13 @@ def test_base_clone_prompts(qwen3_tts) -> None:
     assert xvec.x_vector_only and xvec.ref_codes is None
     torch.testing.assert_close(xvec.speaker_embedding, icl.speaker_embedding)
 
-    prompt = model.build_prompt("hello world", voice=icl, language="english")  # Base defaults to streaming
+    prompt = model.build_prompt(
+        "hello world", voice=icl, language="english"
+    )  # Base defaults to streaming
     ref = _text_ids(model, "<|im_start|>assistant\nhello<|im_end|>\n")[3:-2]
-    text = _text_ids(model, "<|im_start|>assistant\nhello world<|im_end|>\n<|im_start|>assistant\n")[3:-5]
+    text = _text_ids(
+        model, "<|im_start|>assistant\nhello world<|im_end|>\n<|im_start|>assistant\n"
+    )[3:-5]
     n_text, n_codec = len(ref) + len(text) + 1, 13 + 1
     # the head (role, tag, x-vector, pad), then one ICL row per codec row (bos + reference frames),
     # the text lined up against them (tts_pad once it runs out); text beyond them trails
@@ -113,11 +135,15 @@ def test_base_clone_prompts(qwen3_tts) -> None:
     assert torch.equal(prompt.ref_codes, icl.ref_codes)
     speaker_row = 3 + 4  # after role (3) and the 4-row language tag
     _, _, pad = _tts(model)
-    torch.testing.assert_close(prompt.embeds[speaker_row], pad + icl.speaker_embedding, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        prompt.embeds[speaker_row], pad + icl.speaker_embedding, rtol=1e-5, atol=1e-6
+    )
 
     short = model.prepare_voice(wav[:4800], 24000, ref_text="hello user")  # 3 frames
     long_text = "hello world, hello user"
-    long_ids = _text_ids(model, f"<|im_start|>assistant\n{long_text}<|im_end|>\n<|im_start|>assistant\n")[3:-5]
+    long_ids = _text_ids(
+        model, f"<|im_start|>assistant\n{long_text}<|im_end|>\n<|im_start|>assistant\n"
+    )[3:-5]
     ref_ids = _text_ids(model, "<|im_start|>assistant\nhello user<|im_end|>\n")[3:-2]
     lined = model.build_prompt(long_text, voice=short, language="english")
     assert lined.embeds.shape[0] == 3 + 6 + 4
@@ -132,10 +158,22 @@ def test_base_clone_prompts(qwen3_tts) -> None:
 @pytest.mark.parametrize(
     ("name", "request_", "message"),
     [
-        ("custom_voice", {"speaker": "nobody"}, "unknown speaker 'nobody'; this model has: aiden, serena, uncle_fu"),
+        (
+            "custom_voice",
+            {"speaker": "nobody"},
+            "unknown speaker 'nobody'; this model has: aiden, serena, uncle_fu",
+        ),
         ("custom_voice", {}, "needs a speaker"),
-        ("custom_voice", {"speaker": "aiden", "language": "klingon"}, "language 'klingon' is not supported"),
-        ("custom_voice_0b6", {"speaker": "aiden", "instructions": "loud"}, "0.6B CustomVoice model has none"),
+        (
+            "custom_voice",
+            {"speaker": "aiden", "language": "klingon"},
+            "language 'klingon' is not supported",
+        ),
+        (
+            "custom_voice_0b6",
+            {"speaker": "aiden", "instructions": "loud"},
+            "0.6B CustomVoice model has none",
+        ),
         ("base", {"instructions": "loud", "voice": "V"}, "Base models clone a voice"),
         ("base", {}, "needs a reference voice"),
         ("voice_design", {"speaker": "aiden"}, "no named speakers"),
@@ -146,7 +184,9 @@ def test_requests_the_model_cannot_honour_are_refused(qwen3_tts, name, request_,
     model = qwen3_tts[name]
     request_ = dict(request_)
     if request_.get("voice") == "V":
-        request_["voice"] = qwen3_tts["base"].prepare_voice(np.zeros(4800, np.float32), 24000, x_vector_only=True)
+        request_["voice"] = qwen3_tts["base"].prepare_voice(
+            np.zeros(4800, np.float32), 24000, x_vector_only=True
+        )
     with pytest.raises(Qwen3TTSInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         model.build_prompt("hello", **request_)
 
@@ -155,7 +195,7 @@ def test_reference_audio_checks(qwen3_tts) -> None:
     base = qwen3_tts["base"]
     with pytest.raises(Qwen3TTSInputError, match="needs its transcript"):
         base.prepare_voice(np.zeros(24000, np.float32), 24000)
-    with pytest.raises(Qwen3TTSInputError, match="shorter than 0.1 s"):
+    with pytest.raises(Qwen3TTSInputError, match=r"shorter than 0\.1 s"):
         base.prepare_voice(np.zeros(100, np.float32), 24000, ref_text="hi")
     with pytest.raises(Qwen3TTSInputError, match="needs a Base model"):
         qwen3_tts["custom_voice"].prepare_voice(np.zeros(24000, np.float32), 24000, ref_text="hi")

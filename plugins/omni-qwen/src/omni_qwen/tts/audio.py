@@ -23,7 +23,9 @@ def hz_to_mel(freqs: np.ndarray) -> np.ndarray:
     freqs = np.asanyarray(freqs, dtype=np.float64)
     mels = freqs / _F_SP
     high = freqs >= _MIN_LOG_HZ
-    return np.where(high, _MIN_LOG_MEL + np.log(np.maximum(freqs, 1e-10) / _MIN_LOG_HZ) / _LOGSTEP, mels)
+    return np.where(
+        high, _MIN_LOG_MEL + np.log(np.maximum(freqs, 1e-10) / _MIN_LOG_HZ) / _LOGSTEP, mels
+    )
 
 
 def mel_to_hz(mels: np.ndarray) -> np.ndarray:
@@ -33,7 +35,9 @@ def mel_to_hz(mels: np.ndarray) -> np.ndarray:
     return np.where(high, _MIN_LOG_HZ * np.exp(_LOGSTEP * (mels - _MIN_LOG_MEL)), freqs)
 
 
-def mel_filterbank(sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: float | None = None) -> np.ndarray:
+def mel_filterbank(
+    sr: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: float | None = None
+) -> np.ndarray:
     """[n_mels, 1 + n_fft // 2] float32 Slaney-scale, Slaney-normalised triangular filters."""
     fmax = sr / 2.0 if fmax is None else fmax
     fft_freqs = np.linspace(0, sr / 2.0, 1 + n_fft // 2)
@@ -59,7 +63,8 @@ def log_mel(
     fmin: float = 0.0,
     fmax: float | None = 12000.0,
 ) -> torch.Tensor:
-    """wav [B, N] -> log-mel [B, n_mels, frames]: reflect-padded STFT magnitude, mel, log(max(x, 1e-5))."""
+    """wav [B, N] -> log-mel [B, n_mels, frames]: reflect-padded STFT magnitude, mel filters,
+    log(max(x, 1e-5))."""
     basis = torch.from_numpy(mel_filterbank(sr, n_fft, n_mels, fmin, fmax)).to(wav.device)
     window = torch.hann_window(win, device=wav.device)
     pad = (n_fft - hop) // 2
@@ -79,7 +84,7 @@ def resample(wav: torch.Tensor, orig_sr: int, target_sr: int, taps: int = 32) ->
     up, down = int(target_sr) // g, int(orig_sr) // g
     cutoff = min(1.0, up / down) * 0.97
     width = taps * max(up, down) // min(up, down) if up < down else taps
-    # filter taps for each output phase p: t = (n*down - k*up)/up - phase offsets, sampled in input time
+    # each output sample sits at a fractional input position; its taps are the sinc around it
     length = wav.shape[-1]
     out_len = math.ceil(length * up / down)
     positions = torch.arange(out_len, dtype=torch.float64) * down / up  # in input samples
@@ -88,9 +93,9 @@ def resample(wav: torch.Tensor, orig_sr: int, target_sr: int, taps: int = 32) ->
     idx = base[:, None] + offsets[None, :]
     t = (idx.double() - positions[:, None]) * cutoff
     beta = 8.6
-    window = torch.special.i0(beta * torch.sqrt(torch.clamp(1 - (t / (width * cutoff)) ** 2, min=0))) / torch.special.i0(
-        torch.tensor(beta, dtype=torch.float64)
-    )
+    window = torch.special.i0(
+        beta * torch.sqrt(torch.clamp(1 - (t / (width * cutoff)) ** 2, min=0))
+    ) / torch.special.i0(torch.tensor(beta, dtype=torch.float64))
     kernel = (cutoff * torch.sinc(t) * window).to(wav.dtype)
     valid = (idx >= 0) & (idx < length)
     gathered = wav[..., idx.clamp(0, length - 1)] * valid.to(wav.dtype)

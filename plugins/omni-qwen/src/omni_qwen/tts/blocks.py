@@ -1,4 +1,4 @@
-"""The transformers building blocks Qwen3-TTS uses, across the transformers 5 releases omni supports.
+"""The transformers building blocks Qwen3-TTS uses, across the transformers 5 releases supported.
 
 Two things moved inside 5.x: decoder layers took their KV cache as ``past_key_values`` and now
 take it as ``cache``; Mimi was a flat ``MimiModel`` (``encoder``, ``encoder_transformer``,
@@ -35,7 +35,11 @@ def split_mimi() -> bool:
 def mimi_config(raw: dict[str, Any], attn_implementation: str) -> Any:
     from transformers.models.mimi import configuration_mimi
 
-    fields = {k: v for k, v in raw.items() if k not in ("architectures", "transformers_version", "torch_dtype", "dtype")}
+    fields = {
+        k: v
+        for k, v in raw.items()
+        if k not in ("architectures", "transformers_version", "torch_dtype", "dtype")
+    }
     cls = getattr(configuration_mimi, "MimiEncoderConfig", None) or configuration_mimi.MimiConfig
     config = cls(**fields)
     config._attn_implementation = attn_implementation
@@ -50,7 +54,7 @@ _SPLIT = (
 
 
 def mimi_module_keys(key: str) -> str:
-    """A key of the official (flat Mimi) layout, relative to the encoder -> :class:`MimiEncoder`'s."""
+    """An official (flat Mimi) key, relative to the encoder -> :class:`MimiEncoder`'s."""
     return _rename(key, _SPLIT) if split_mimi() else f"model.{key}"
 
 

@@ -25,7 +25,9 @@ class CausalConv(nn.Module):
     """Conv1d padded on the left by (effective kernel - stride), and on the right only to fill
     the last stride."""
 
-    def __init__(self, cin: int, cout: int, kernel: int, dilation: int = 1, stride: int = 1, groups: int = 1):
+    def __init__(
+        self, cin: int, cout: int, kernel: int, dilation: int = 1, stride: int = 1, groups: int = 1
+    ):
         super().__init__()
         self.conv = nn.Conv1d(cin, cout, kernel, stride=stride, dilation=dilation, groups=groups)
         self.stride = stride
@@ -135,7 +137,9 @@ class ResidualQuantizer(nn.Module):
 
     def __init__(self, dim: int, io_dim: int, size: int, count: int):
         super().__init__()
-        self.input_proj = nn.Conv1d(io_dim, dim, 1, bias=False)  # used by encoders; kept for the keys
+        self.input_proj = nn.Conv1d(
+            io_dim, dim, 1, bias=False
+        )  # used by encoders; kept for the keys
         self.output_proj = nn.Conv1d(dim, io_dim, 1, bias=False)
         self.vq = VQStack(dim, size, count)
 
@@ -151,7 +155,9 @@ class SplitQuantizer(nn.Module):
         super().__init__()
         dim = cfg.codebook_dim // 2
         self.rvq_first = ResidualQuantizer(dim, cfg.codebook_dim, cfg.codebook_size, 1)
-        self.rvq_rest = ResidualQuantizer(dim, cfg.codebook_dim, cfg.codebook_size, cfg.num_quantizers - 1)
+        self.rvq_rest = ResidualQuantizer(
+            dim, cfg.codebook_dim, cfg.codebook_size, cfg.num_quantizers - 1
+        )
 
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
         out = self.rvq_first.decode(codes[:, :1])
@@ -174,7 +180,9 @@ class CodecTransformerLayer(nn.Module):
         self.mlp_layer_scale = MimiLayerScale(config)
 
     def forward(self, x, mask, position_embeddings):
-        h, _ = self.self_attn(self.input_layernorm(x), position_embeddings=position_embeddings, attention_mask=mask)
+        h, _ = self.self_attn(
+            self.input_layernorm(x), position_embeddings=position_embeddings, attention_mask=mask
+        )
         x = x + self.self_attn_layer_scale(h)
         return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
 
@@ -186,7 +194,9 @@ class CodecTransformer(nn.Module):
 
         self.config = codec_stack_config(cfg, attn_implementation)
         self.window = cfg.sliding_window
-        self.layers = nn.ModuleList(CodecTransformerLayer(self.config, i) for i in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            CodecTransformerLayer(self.config, i) for i in range(cfg.num_hidden_layers)
+        )
         self.norm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.rotary_emb = LlamaRotaryEmbedding(self.config)
         self.input_proj = nn.Linear(cfg.latent_dim, cfg.hidden_size)
@@ -217,12 +227,19 @@ class CodecDecoder(nn.Module):
         self.pre_conv = CausalConv(cfg.codebook_dim, cfg.latent_dim, 3)
         self.pre_transformer = CodecTransformer(cfg, attn_implementation)
         self.upsample = nn.ModuleList(
-            nn.ModuleList([CausalTransConv(cfg.latent_dim, cfg.latent_dim, f, f), ConvNeXtBlock(cfg.latent_dim)])
+            nn.ModuleList(
+                [
+                    CausalTransConv(cfg.latent_dim, cfg.latent_dim, f, f),
+                    ConvNeXtBlock(cfg.latent_dim),
+                ]
+            )
             for f in cfg.upsampling_ratios
         )
         layers: list[nn.Module] = [CausalConv(cfg.latent_dim, cfg.decoder_dim, 7)]
         for i, rate in enumerate(cfg.upsample_rates):
-            layers.append(UpsampleBlock(cfg.decoder_dim // 2**i, cfg.decoder_dim // 2 ** (i + 1), rate))
+            layers.append(
+                UpsampleBlock(cfg.decoder_dim // 2**i, cfg.decoder_dim // 2 ** (i + 1), rate)
+            )
         out_dim = cfg.decoder_dim // 2 ** len(cfg.upsample_rates)
         layers += [SnakeBeta(out_dim), CausalConv(out_dim, 1, 7)]
         self.decoder = nn.ModuleList(layers)
@@ -239,7 +256,9 @@ class CodecDecoder(nn.Module):
             h = layer(h)
         return h.clamp(min=-1, max=1)
 
-    def chunked(self, codes: torch.Tensor, chunk_size: int = 300, left_context: int = 25) -> torch.Tensor:
+    def chunked(
+        self, codes: torch.Tensor, chunk_size: int = 300, left_context: int = 25
+    ) -> torch.Tensor:
         """The official whole-utterance decoding: chunks of ``chunk_size`` frames, each decoded with
         up to ``left_context`` frames before it, whose samples are then dropped."""
         pieces = []

@@ -15,8 +15,10 @@ from typing import Any
 KINDS = ("custom_voice", "voice_design", "base")
 
 
-def _pick(raw: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    return {k: raw.get(k, v) for k, v in defaults.items()}
+def _known(cls: type, raw: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """The fields of dataclass ``cls`` that ``raw`` sets (the rest keep their defaults)."""
+    values = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw and raw[k] is not None}
+    return {**values, **overrides}
 
 
 @dataclass
@@ -38,7 +40,7 @@ class TransformerDims:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], **defaults: Any) -> TransformerDims:
-        values = {**defaults, **{k: raw[k] for k in cls.__dataclass_fields__ if k in raw}}
+        values = {**defaults, **_known(cls, raw)}
         if "head_dim" not in values:
             values["head_dim"] = values["hidden_size"] // values["num_attention_heads"]
         return cls(**values)
@@ -48,16 +50,16 @@ class TransformerDims:
 class TalkerConfig:
     dims: TransformerDims
     code_predictor: TransformerDims
-    num_code_groups: int
-    text_hidden_size: int
-    text_vocab_size: int
-    codec_eos_token_id: int
-    codec_think_id: int
-    codec_nothink_id: int
-    codec_think_bos_id: int
-    codec_think_eos_id: int
-    codec_pad_id: int
-    codec_bos_id: int
+    num_code_groups: int = 32
+    text_hidden_size: int = 2048
+    text_vocab_size: int = 151936
+    codec_eos_token_id: int = 4198
+    codec_think_id: int = 4202
+    codec_nothink_id: int = 4203
+    codec_think_bos_id: int = 4204
+    codec_think_eos_id: int = 4205
+    codec_pad_id: int = 4196
+    codec_bos_id: int = 4197
     spk_id: dict[str, Any] = field(default_factory=dict)
     spk_is_dialect: dict[str, Any] = field(default_factory=dict)
     codec_language_id: dict[str, int] = field(default_factory=dict)
@@ -83,29 +85,7 @@ class TalkerConfig:
             num_key_value_heads=8,
             head_dim=128,
         )
-        ids = _pick(
-            raw,
-            {
-                "num_code_groups": 32,
-                "text_hidden_size": 2048,
-                "text_vocab_size": 151936,
-                "codec_eos_token_id": 4198,
-                "codec_think_id": 4202,
-                "codec_nothink_id": 4203,
-                "codec_think_bos_id": 4204,
-                "codec_think_eos_id": 4205,
-                "codec_pad_id": 4196,
-                "codec_bos_id": 4197,
-            },
-        )
-        return cls(
-            dims=dims,
-            code_predictor=cp,
-            spk_id=dict(raw.get("spk_id") or {}),
-            spk_is_dialect=dict(raw.get("spk_is_dialect") or {}),
-            codec_language_id=dict(raw.get("codec_language_id") or {}),
-            **ids,
-        )
+        return cls(**_known(cls, raw, dims=dims, code_predictor=cp))
 
 
 @dataclass
@@ -124,7 +104,7 @@ class SpeakerEncoderConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> SpeakerEncoderConfig:
-        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+        return cls(**_known(cls, raw))
 
 
 @dataclass
@@ -144,24 +124,21 @@ class Qwen3TTSConfig:
     def from_dict(cls, raw: dict[str, Any]) -> Qwen3TTSConfig:
         kind = raw.get("tts_model_type")
         if kind not in KINDS:
-            raise ValueError(f"config.json: tts_model_type {kind!r} is not one of {', '.join(KINDS)}")
-        tokens = _pick(
-            raw,
-            {
-                "im_start_token_id": 151644,
-                "im_end_token_id": 151645,
-                "tts_pad_token_id": 151671,
-                "tts_bos_token_id": 151672,
-                "tts_eos_token_id": 151673,
-            },
-        )
+            raise ValueError(
+                f"config.json: tts_model_type {kind!r} is not one of {', '.join(KINDS)}"
+            )
         return cls(
-            talker=TalkerConfig.from_dict(raw.get("talker_config") or {}),
-            speaker_encoder=SpeakerEncoderConfig.from_dict(raw.get("speaker_encoder_config") or {}),
-            kind=kind,
-            model_size=str(raw.get("tts_model_size") or ""),
-            tokenizer_type=str(raw.get("tokenizer_type") or ""),
-            **tokens,
+            **_known(
+                cls,
+                raw,
+                talker=TalkerConfig.from_dict(raw.get("talker_config") or {}),
+                speaker_encoder=SpeakerEncoderConfig.from_dict(
+                    raw.get("speaker_encoder_config") or {}
+                ),
+                kind=kind,
+                model_size=str(raw.get("tts_model_size") or ""),
+                tokenizer_type=str(raw.get("tokenizer_type") or ""),
+            )
         )
 
 
@@ -192,7 +169,7 @@ class CodecDecoderConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> CodecDecoderConfig:
-        values = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
+        values = _known(cls, raw)
         for key in ("upsample_rates", "upsampling_ratios"):
             if key in values:
                 values[key] = list(values[key])
@@ -221,24 +198,12 @@ class SpeechTokenizerConfig:
         kind = raw.get("model_type")
         if kind != "qwen3_tts_tokenizer_12hz":
             raise ValueError(
-                f"speech_tokenizer/config.json: model_type {kind!r} is not qwen3_tts_tokenizer_12hz "
+                f"speech_tokenizer/config.json: model_type {kind!r} is not "
+                "qwen3_tts_tokenizer_12hz "
                 "(only the 12 Hz tokenizer is supported)"
             )
-        rates = _pick(
-            raw,
-            {
-                "encoder_valid_num_quantizers": 16,
-                "input_sample_rate": 24000,
-                "output_sample_rate": 24000,
-                "decode_upsample_rate": 1920,
-                "encode_downsample_rate": 1920,
-            },
-        )
-        return cls(
-            encoder=raw.get("encoder_config"),
-            decoder=CodecDecoderConfig.from_dict(raw.get("decoder_config") or {}),
-            **rates,
-        )
+        decoder = CodecDecoderConfig.from_dict(raw.get("decoder_config") or {})
+        return cls(**_known(cls, raw, encoder=raw.get("encoder_config"), decoder=decoder))
 
 
 def qwen3_stack_config(dims: TransformerDims, attn_implementation: str = "sdpa") -> Any:

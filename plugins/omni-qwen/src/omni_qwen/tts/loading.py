@@ -36,7 +36,9 @@ class CheckpointError(ValueError):
     """The folder or Hub repo is not a Qwen3-TTS checkpoint in the official layout."""
 
 
-def resolve_checkpoint(source: str | os.PathLike[str], revision: str | None = None, cache_dir: str | None = None) -> Path:
+def resolve_checkpoint(
+    source: str | os.PathLike[str], revision: str | None = None, cache_dir: str | None = None
+) -> Path:
     """A local folder as it is, else a Hub repo id downloaded (or found in the cache)."""
     path = Path(source).expanduser()
     if path.is_dir():
@@ -46,15 +48,23 @@ def resolve_checkpoint(source: str | os.PathLike[str], revision: str | None = No
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(str(source), revision=revision, cache_dir=cache_dir, allow_patterns=NEEDED))
+        return Path(
+            snapshot_download(
+                str(source), revision=revision, cache_dir=cache_dir, allow_patterns=NEEDED
+            )
+        )
     except Exception as exc:  # hub errors: offline cache miss, unknown repo, auth
-        raise CheckpointError(f"{source}: cannot get the checkpoint from the Hugging Face Hub ({exc})") from exc
+        raise CheckpointError(
+            f"{source}: cannot get the checkpoint from the Hugging Face Hub ({exc})"
+        ) from exc
 
 
 def read_json(path: Path, required: bool = True) -> dict[str, Any] | None:
     if not path.is_file():
         if required:
-            raise CheckpointError(f"{path.parent}: {path.name} is missing (not the official Qwen3-TTS layout)")
+            raise CheckpointError(
+                f"{path.parent}: {path.name} is missing (not the official Qwen3-TTS layout)"
+            )
         return None
     with open(path, encoding="utf-8") as f:
         return json.load(f)
@@ -77,7 +87,9 @@ def read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_strict(module: nn.Module, state: dict[str, torch.Tensor], what: str, assign: bool = False) -> None:
+def load_strict(
+    module: nn.Module, state: dict[str, torch.Tensor], what: str, assign: bool = False
+) -> None:
     """``load_state_dict`` that names what does not fit (missing, unexpected, wrong shape)."""
     own = module.state_dict()
     missing = sorted(set(own) - set(state))
@@ -85,7 +97,11 @@ def load_strict(module: nn.Module, state: dict[str, torch.Tensor], what: str, as
     wrong = sorted(k for k in set(own) & set(state) if tuple(own[k].shape) != tuple(state[k].shape))
     if missing or unexpected or wrong:
         parts = []
-        for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong)):
+        for label, keys in (
+            ("missing", missing),
+            ("unexpected", unexpected),
+            ("wrong shape", wrong),
+        ):
             if keys:
                 parts.append(f"{len(keys)} {label} (e.g. {', '.join(keys[:3])})")
         raise CheckpointError(f"{what}: weights do not fit the config: {'; '.join(parts)}")

@@ -29,7 +29,9 @@ class Qwen3TTSModel(nn.Module):
         attn_implementation: str = "sdpa",
     ) -> None:
         super().__init__()
-        self._build_parts(config, codec_config, tokenizer, generation_defaults, attn_implementation, meta=False)
+        self._build_parts(
+            config, codec_config, tokenizer, generation_defaults, attn_implementation, meta=False
+        )
 
     # -- facts ------------------------------------------------------------------------------
     @property
@@ -80,18 +82,27 @@ class Qwen3TTSModel(nn.Module):
         return self.codec.samples_per_frame
 
     # -- prompts ----------------------------------------------------------------------------
-    def prepare_voice(self, wav: Any, sr: int, ref_text: str | None = None, x_vector_only: bool = False) -> VoicePrompt:
+    def prepare_voice(
+        self, wav: Any, sr: int, ref_text: str | None = None, x_vector_only: bool = False
+    ) -> VoicePrompt:
         """Reference audio (+ transcript) -> the clone prompt a Base model conditions on."""
         if self.speaker_encoder is None:
             raise Qwen3TTSInputError(f"reference audio needs a Base model; this one is {self.kind}")
         if not x_vector_only and not (ref_text and ref_text.strip()):
-            raise Qwen3TTSInputError("cloning from reference audio needs its transcript (ref_text), or x-vector-only mode")
+            raise Qwen3TTSInputError(
+                "cloning from reference audio needs its transcript (ref_text), "
+                "or x-vector-only mode"
+            )
         wav = torch.as_tensor(wav, dtype=torch.float32).reshape(-1)
         if wav.numel() < sr // 10:
             raise Qwen3TTSInputError("reference audio is shorter than 0.1 s")
         embedding = self.speaker_encoder.embed(wav, sr)
         codes = None if x_vector_only else self.codec.encode(wav, sr).to(torch.long)
-        return VoicePrompt(speaker_embedding=embedding, ref_codes=codes, ref_text=None if x_vector_only else ref_text)
+        return VoicePrompt(
+            speaker_embedding=embedding,
+            ref_codes=codes,
+            ref_text=None if x_vector_only else ref_text,
+        )
 
     def build_prompt(
         self,
@@ -102,16 +113,14 @@ class Qwen3TTSModel(nn.Module):
         voice: VoicePrompt | None = None,
         non_streaming: bool | None = None,
     ) -> TalkerPrompt:
+        """One request's talker prompt (:mod:`.prompt`); ``non_streaming`` None is the official
+        wrapper's default (whole text in the prompt, except for Base clones)."""
         return self._prompts.build(text, speaker, language, instructions, voice, non_streaming)
 
     # -- talker -----------------------------------------------------------------------------
-    def talker_forward(
-        self,
-        inputs_embeds: torch.Tensor,
-        position_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        cache: Any = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def talker_forward(self, inputs_embeds, position_ids, attention_mask=None, cache=None):
+        """-> (final-norm hidden [B, S, H], codebook-0 logits [B, S, V]); see
+        :meth:`.talker.DecoderStack.forward` for the mask and cache."""
         return self.talker(inputs_embeds, position_ids, attention_mask, cache)
 
     def codec0_logits(
@@ -123,10 +132,13 @@ class Qwen3TTSModel(nn.Module):
         min_new_tokens: int = 2,
     ) -> torch.Tensor:
         """The official logits processing for codebook 0 (float32 out): repetition penalty over
-        ``seen`` tokens, control tokens suppressed, EOS suppressed while ``steps < min_new_tokens``."""
+        ``seen`` tokens, control tokens suppressed, EOS suppressed while
+        ``steps < min_new_tokens``."""
         scores = logits.float()
         if seen is not None and repetition_penalty != 1.0:
-            penalised = torch.where(scores < 0, scores * repetition_penalty, scores / repetition_penalty)
+            penalised = torch.where(
+                scores < 0, scores * repetition_penalty, scores / repetition_penalty
+            )
             scores = torch.where(seen, penalised, scores)
         if self._suppressed is None or self._suppressed.device != scores.device:
             self._suppressed = self.talker.suppressed_tokens().to(scores.device)
@@ -135,13 +147,19 @@ class Qwen3TTSModel(nn.Module):
         early = (steps_t < min_new_tokens).expand(scores.shape[0], 1)
         eos = scores[:, self.codec_eos_id : self.codec_eos_id + 1]
         scores = scores.clone()
-        scores[:, self.codec_eos_id : self.codec_eos_id + 1] = torch.where(early, float("-inf"), eos)
+        scores[:, self.codec_eos_id : self.codec_eos_id + 1] = torch.where(
+            early, float("-inf"), eos
+        )
         return scores
 
     # -- code predictor ---------------------------------------------------------------------
-    def predict_codes(self, hidden: torch.Tensor, code0: torch.Tensor, sampler: Any = None, cache: Any = None) -> torch.Tensor:
+    def predict_codes(
+        self, hidden: torch.Tensor, code0: torch.Tensor, sampler: Any = None, cache: Any = None
+    ) -> torch.Tensor:
         """hidden [B, H], code0 [B] -> the frame's codes [B, G] (code0 first)."""
-        rest = self.talker.code_predictor.predict(hidden, self.talker.embed_codec(code0), sampler, cache)
+        rest = self.talker.code_predictor.predict(
+            hidden, self.talker.embed_codec(code0), sampler, cache
+        )
         return torch.cat([code0[:, None], rest], dim=1)
 
     def frame_embedding(self, codes: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
@@ -158,23 +176,41 @@ class Qwen3TTSModel(nn.Module):
         cache_dir: str | None = None,
         attn_implementation: str = "sdpa",
     ) -> Qwen3TTSModel:
-        from .loading import load_strict, load_tokenizer, read_json, read_safetensors, resolve_checkpoint
+        from .loading import (
+            load_strict,
+            load_tokenizer,
+            read_json,
+            read_safetensors,
+            resolve_checkpoint,
+        )
         from .speech_tokenizer import to_module_keys
 
         folder = resolve_checkpoint(source, revision, cache_dir)
         config = Qwen3TTSConfig.from_dict(read_json(folder / "config.json"))
-        codec_config = SpeechTokenizerConfig.from_dict(read_json(folder / "speech_tokenizer" / "config.json"))
+        codec_config = SpeechTokenizerConfig.from_dict(
+            read_json(folder / "speech_tokenizer" / "config.json")
+        )
         generation = read_json(folder / "generation_config.json", required=False)
         tokenizer = load_tokenizer(folder)
         device = torch.device(device)
         model = cls.__new__(cls)
         nn.Module.__init__(model)
-        model._build_parts(config, codec_config, tokenizer, generation, attn_implementation, meta=True)
+        model._build_parts(
+            config, codec_config, tokenizer, generation, attn_implementation, meta=True
+        )
         state = read_safetensors(folder)
-        load_strict(model.talker, _strip(state, "talker."), f"{folder}/model.safetensors (talker)", assign=True)
+        load_strict(
+            model.talker,
+            _strip(state, "talker."),
+            f"{folder}/model.safetensors (talker)",
+            assign=True,
+        )
         if model.speaker_encoder is not None:
             load_strict(
-                model.speaker_encoder, _strip(state, "speaker_encoder."), f"{folder} (speaker_encoder)", assign=True
+                model.speaker_encoder,
+                _strip(state, "speaker_encoder."),
+                f"{folder} (speaker_encoder)",
+                assign=True,
             )
         codec_state = to_module_keys(read_safetensors(folder / "speech_tokenizer"))
         load_strict(model.codec, codec_state, f"{folder}/speech_tokenizer", assign=True)
@@ -183,14 +219,20 @@ class Qwen3TTSModel(nn.Module):
 
     def to_device(self, device: str | torch.device, dtype: torch.dtype) -> Qwen3TTSModel:
         """``.to(device, dtype)`` keeping every RoPE inverse-frequency buffer in float32."""
-        saved = [(m, m.inv_freq.float().clone()) for m in self.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)]
+        saved = [
+            (m, m.inv_freq.float().clone())
+            for m in self.modules()
+            if isinstance(getattr(m, "inv_freq", None), torch.Tensor)
+        ]
         self.to(device=device, dtype=dtype)
         for module, inv_freq in saved:
             module.inv_freq = inv_freq.to(device)
         self._suppressed = None
         return self
 
-    def _build_parts(self, config, codec_config, tokenizer, generation, attn_implementation, meta: bool) -> None:
+    def _build_parts(
+        self, config, codec_config, tokenizer, generation, attn_implementation, meta: bool
+    ) -> None:
         """Build the parts; with ``meta`` the talker and speaker encoder go on the meta device
         (their weights come from the checkpoint); the speech tokenizer is always built for real
         (Mimi keeps computed buffers)."""
@@ -203,7 +245,9 @@ class Qwen3TTSModel(nn.Module):
         self.generation_defaults = dict(generation or {})
         with torch.device("meta") if meta else contextlib.nullcontext():
             self.talker = Talker(config.talker, attn_implementation)
-            self.speaker_encoder = SpeakerEncoder(config.speaker_encoder) if config.kind == "base" else None
+            self.speaker_encoder = (
+                SpeakerEncoder(config.speaker_encoder) if config.kind == "base" else None
+            )
         self.codec = SpeechTokenizer(codec_config, attn_implementation)
         self._prompts = PromptBuilder(self)
         self._suppressed = None

@@ -1,6 +1,7 @@
 """Talker prompts for the three kinds, in the official token layout.
 
-Text side: the Qwen chat frame ``<|im_start|>assistant\\n{text}<|im_end|>\\n<|im_start|>assistant\\n``
+Text side: the Qwen chat frame
+``<|im_start|>assistant\\n{text}<|im_end|>\\n<|im_start|>assistant\\n``
 (instructions as a ``<|im_start|>user\\n{instructions}<|im_end|>\\n`` turn before it; a clone's
 reference transcript as ``<|im_start|>assistant\\n{ref_text}<|im_end|>\\n``), projected into the
 talker's width. Codec side, summed position by position with the text: a think/language tag
@@ -22,7 +23,7 @@ import torch
 
 
 class Qwen3TTSInputError(ValueError):
-    """A request this model can't honour (unknown speaker or language, unsupported instructions...)."""
+    """A request this model can't honour (unknown speaker or language, instructions...)."""
 
 
 @dataclass
@@ -75,14 +76,17 @@ class PromptBuilder:
         return torch.tensor([ids], dtype=torch.long, device=self.model.device)
 
     def _codec(self, ids: list[int]) -> torch.Tensor:
-        return self.talker.embed_codec(torch.tensor([ids], dtype=torch.long, device=self.model.device))
+        return self.talker.embed_codec(
+            torch.tensor([ids], dtype=torch.long, device=self.model.device)
+        )
 
     def language_id(self, language: str | None, speaker: str | None) -> int | None:
         tc = self.cfg.talker
         lang = (language or "auto").lower()
         if lang != "auto" and lang not in tc.codec_language_id:
             raise Qwen3TTSInputError(
-                f"language {language!r} is not supported; supported: {', '.join(self.model.languages)}"
+                f"language {language!r} is not supported; "
+                f"supported: {', '.join(self.model.languages)}"
             )
         lang_id = None if lang == "auto" else int(tc.codec_language_id[lang])
         if speaker and lang in ("chinese", "auto"):
@@ -91,40 +95,45 @@ class PromptBuilder:
                 lang_id = int(tc.codec_language_id[dialect])
         return lang_id
 
-    def check(self, text: str, speaker: str | None, instructions: str | None, voice: VoicePrompt | None) -> None:
+    def check(
+        self, text: str, speaker: str | None, instructions: str | None, voice: VoicePrompt | None
+    ) -> None:
         kind = self.cfg.kind
         if not text or not text.strip():
             raise Qwen3TTSInputError("text is empty")
         if instructions and not self.model.supports_instructions:
-            why = "Base models clone a voice" if kind == "base" else "the 0.6B CustomVoice model has none"
+            why = (
+                "Base models clone a voice"
+                if kind == "base"
+                else "the 0.6B CustomVoice model has none"
+            )
             raise Qwen3TTSInputError(f"this model does not take instructions ({why})")
         if kind == "base":
             if voice is None:
                 raise Qwen3TTSInputError("a Base model needs a reference voice (ref_audio)")
             if speaker:
-                raise Qwen3TTSInputError("a Base model has no named speakers; pass a reference voice")
+                raise Qwen3TTSInputError(
+                    "a Base model has no named speakers; pass a reference voice"
+                )
         elif voice is not None:
             raise Qwen3TTSInputError(f"reference audio needs a Base model; this one is {kind}")
         if kind == "custom_voice":
             if not speaker:
-                raise Qwen3TTSInputError(f"a CustomVoice model needs a speaker: {', '.join(self.model.speakers)}")
+                raise Qwen3TTSInputError(
+                    f"a CustomVoice model needs a speaker: {', '.join(self.model.speakers)}"
+                )
             if speaker.lower() not in self.cfg.talker.spk_id:
                 raise Qwen3TTSInputError(
                     f"unknown speaker {speaker!r}; this model has: {', '.join(self.model.speakers)}"
                 )
         if kind == "voice_design" and speaker:
-            raise Qwen3TTSInputError("a VoiceDesign model has no named speakers; describe the voice in instructions")
+            raise Qwen3TTSInputError(
+                "a VoiceDesign model has no named speakers; describe the voice in instructions"
+            )
 
     @torch.inference_mode()
-    def build(
-        self,
-        text: str,
-        speaker: str | None = None,
-        language: str | None = "auto",
-        instructions: str | None = None,
-        voice: VoicePrompt | None = None,
-        non_streaming: bool | None = None,
-    ) -> TalkerPrompt:
+    def build(self, text, speaker, language, instructions, voice, non_streaming) -> TalkerPrompt:
+        """The arguments of ``Qwen3TTSModel.build_prompt`` (all given)."""
         self.check(text, speaker, instructions, voice)
         cfg, tc, talker = self.cfg, self.cfg.talker, self.talker
         if non_streaming is None:
@@ -141,7 +150,9 @@ class PromptBuilder:
         if lang_id is None:
             tag = self._codec([tc.codec_nothink_id, tc.codec_think_bos_id, tc.codec_think_eos_id])
         else:
-            tag = self._codec([tc.codec_think_id, tc.codec_think_bos_id, lang_id, tc.codec_think_eos_id])
+            tag = self._codec(
+                [tc.codec_think_id, tc.codec_think_bos_id, lang_id, tc.codec_think_eos_id]
+            )
         tail = self._codec([tc.codec_pad_id, tc.codec_bos_id])
         codec = [tag]
         if voice is not None:
@@ -152,7 +163,10 @@ class PromptBuilder:
         codec.append(tail)
         codec_embed = torch.cat(codec, dim=1)
         role = talker.embed_text(ids[:, :3])
-        lead = torch.cat((tts_pad.expand(-1, codec_embed.shape[1] - 2, -1), tts_bos), dim=1) + codec_embed[:, :-1]
+        lead = (
+            torch.cat((tts_pad.expand(-1, codec_embed.shape[1] - 2, -1), tts_bos), dim=1)
+            + codec_embed[:, :-1]
+        )
         prompt = torch.cat((role, lead), dim=1)
         ref_codes = None
         if voice is not None and voice.ref_codes is not None:
@@ -173,7 +187,9 @@ class PromptBuilder:
         parts.append(prompt)
         embeds = torch.cat(parts, dim=1)[0]
         trailing_rows = trailing[0] if trailing is not tts_pad else trailing[0, :0]
-        return TalkerPrompt(embeds=embeds, trailing=trailing_rows, pad=tts_pad[0, 0], ref_codes=ref_codes)
+        return TalkerPrompt(
+            embeds=embeds, trailing=trailing_rows, pad=tts_pad[0, 0], ref_codes=ref_codes
+        )
 
     def _icl(self, ids, voice: VoicePrompt, tts_pad, tts_eos, non_streaming: bool):
         talker, tc = self.talker, self.cfg.talker

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .prompt import TalkerPrompt, VoicePrompt
+from .prompt import TalkerPrompt
 
 
 @dataclass
@@ -68,7 +68,9 @@ def generate_codes(
 
 
 @torch.inference_mode()
-def decode_waveform(model: Any, codes: torch.Tensor, ref_codes: torch.Tensor | None = None) -> np.ndarray:
+def decode_waveform(
+    model: Any, codes: torch.Tensor, ref_codes: torch.Tensor | None = None
+) -> np.ndarray:
     """codes [16, T] -> float32 samples; ``ref_codes`` [16, R] are decoded in front and cut."""
     if ref_codes is None:
         full = codes
@@ -86,23 +88,25 @@ def decode_waveform(model: Any, codes: torch.Tensor, ref_codes: torch.Tensor | N
 def reference_generate(
     model: Any,
     text: str,
-    speaker: str | None = None,
-    language: str | None = "auto",
-    instructions: str | None = None,
-    voice: VoicePrompt | None = None,
-    non_streaming: bool | None = None,
     max_new_tokens: int | None = None,
     repetition_penalty: float | None = None,
+    **request: Any,
 ) -> ReferenceOutput:
     """Greedy speech for one request -> :class:`ReferenceOutput` (codes [16, T], wav, rate).
 
-    ``repetition_penalty`` and ``max_new_tokens`` default to the checkpoint's
-    ``generation_config.json`` (1.05 and 2048 when it has none), as in the official wrapper.
+    ``request``: what ``model.build_prompt`` takes (``speaker``, ``language``, ``instructions``,
+    ``voice``, ``non_streaming``). ``repetition_penalty`` and ``max_new_tokens`` default to the
+    checkpoint's ``generation_config.json`` (1.05 and 2048 when it has none), as in the official
+    wrapper.
     """
     defaults = model.generation_defaults
-    penalty = repetition_penalty if repetition_penalty is not None else defaults.get("repetition_penalty", 1.05)
+    penalty = (
+        repetition_penalty
+        if repetition_penalty is not None
+        else defaults.get("repetition_penalty", 1.05)
+    )
     limit = max_new_tokens if max_new_tokens is not None else defaults.get("max_new_tokens", 2048)
-    prompt = model.build_prompt(text, speaker, language, instructions, voice, non_streaming)
+    prompt = model.build_prompt(text, **request)
     codes = generate_codes(model, prompt, int(limit), float(penalty))
     wav = decode_waveform(model, codes, prompt.ref_codes)
     return ReferenceOutput(codes=codes.cpu(), wav=wav, sample_rate=model.sample_rate, prompt=prompt)

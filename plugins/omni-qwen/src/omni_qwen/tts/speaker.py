@@ -74,7 +74,7 @@ class SERes2NetBlock(nn.Module):
 
 
 class AttentiveStatsPool(nn.Module):
-    """Attention over time from [x, global mean, global std]; returns [weighted mean, weighted std]."""
+    """Attention over time from [x, global mean, global std] -> [weighted mean, weighted std]."""
 
     def __init__(self, channels: int, attention_channels: int):
         super().__init__()
@@ -91,7 +91,9 @@ class AttentiveStatsPool(nn.Module):
         frames = x.shape[-1]
         uniform = torch.full((x.shape[0], 1, frames), 1.0 / frames, dtype=x.dtype, device=x.device)
         mean, std = self._stats(x, uniform)
-        context = torch.cat([x, mean[..., None].expand(-1, -1, frames), std[..., None].expand(-1, -1, frames)], 1)
+        context = torch.cat(
+            [x, mean[..., None].expand(-1, -1, frames), std[..., None].expand(-1, -1, frames)], 1
+        )
         attention = F.softmax(self.conv(torch.tanh(self.tdnn(context))), dim=2)
         mean, std = self._stats(x, attention)
         return torch.cat([mean, std], dim=1)[..., None]
@@ -103,12 +105,19 @@ class SpeakerEncoder(nn.Module):
     def __init__(self, cfg: SpeakerEncoderConfig):
         super().__init__()
         if not (len(cfg.enc_channels) == len(cfg.enc_kernel_sizes) == len(cfg.enc_dilations)):
-            raise ValueError("speaker_encoder_config: enc_channels, enc_kernel_sizes, enc_dilations differ in length")
+            raise ValueError(
+                "speaker_encoder_config: enc_channels, enc_kernel_sizes, enc_dilations "
+                "differ in length"
+            )
         self.cfg = cfg
         ch, ks, ds = cfg.enc_channels, cfg.enc_kernel_sizes, cfg.enc_dilations
         blocks: list[nn.Module] = [TDNN(cfg.mel_dim, ch[0], ks[0], ds[0])]
         for i in range(1, len(ch) - 1):
-            blocks.append(SERes2NetBlock(ch[i - 1], ch[i], cfg.enc_res2net_scale, cfg.enc_se_channels, ks[i], ds[i]))
+            blocks.append(
+                SERes2NetBlock(
+                    ch[i - 1], ch[i], cfg.enc_res2net_scale, cfg.enc_se_channels, ks[i], ds[i]
+                )
+            )
         self.blocks = nn.ModuleList(blocks)
         self.mfa = TDNN(ch[-1], ch[-1], ks[-1], ds[-1])
         self.asp = AttentiveStatsPool(ch[-1], cfg.enc_attention_channels)

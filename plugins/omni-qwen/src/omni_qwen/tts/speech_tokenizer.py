@@ -10,7 +10,6 @@ The encoder is transformers' own Mimi (:class:`.blocks.MimiEncoder`, built from 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from torch import nn
@@ -18,18 +17,25 @@ from torch import nn
 from .codec import CodecDecoder
 from .config import SpeechTokenizerConfig
 
+
 def to_module_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Official speech-tokenizer keys -> this module's."""
     from .blocks import mimi_module_keys
 
-    return {(f"encoder.{mimi_module_keys(k[8:])}" if k.startswith("encoder.") else k): v for k, v in state.items()}
+    return {
+        (f"encoder.{mimi_module_keys(k[8:])}" if k.startswith("encoder.") else k): v
+        for k, v in state.items()
+    }
 
 
 def to_official_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """This module's keys -> the official layout (what the tiny builder saves)."""
     from .blocks import mimi_official_keys
 
-    return {(f"encoder.{mimi_official_keys(k[8:])}" if k.startswith("encoder.") else k): v for k, v in state.items()}
+    return {
+        (f"encoder.{mimi_official_keys(k[8:])}" if k.startswith("encoder.") else k): v
+        for k, v in state.items()
+    }
 
 
 class SpeechTokenizer(nn.Module):
@@ -65,7 +71,8 @@ class SpeechTokenizer(nn.Module):
     # -- encoding ---------------------------------------------------------------------------
     @torch.inference_mode()
     def encode(self, wav: torch.Tensor, sr: int) -> torch.Tensor:
-        """Mono waveform [N] at ``sr`` (resampled to the input rate) -> codes [Q, ceil(N' / 1920)]."""
+        """Mono waveform [N] at ``sr`` (resampled to the input rate) -> codes
+        [Q, ceil(N' / 1920)]."""
         if self.encoder is None:
             raise ValueError("this speech tokenizer has no encoder (speech_tokenizer/config.json)")
         from .audio import resample
@@ -73,6 +80,8 @@ class SpeechTokenizer(nn.Module):
         param = next(self.encoder.parameters())
         wav = torch.as_tensor(wav, dtype=torch.float32).reshape(-1)
         wav = resample(wav, int(sr), self.cfg.input_sample_rate)
-        codes = self.encoder(wav[None, None].to(device=param.device, dtype=param.dtype))  # [n_q, B, frames]
+        codes = self.encoder(
+            wav[None, None].to(device=param.device, dtype=param.dtype)
+        )  # [n_q, B, frames]
         frames = math.ceil(wav.shape[-1] / self.cfg.encode_downsample_rate)
         return codes[: self.cfg.encoder_valid_num_quantizers, 0, :frames]

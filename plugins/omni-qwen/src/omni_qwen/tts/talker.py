@@ -34,7 +34,9 @@ def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor
     return torch.where(mask, zero, low)
 
 
-def causal_mask(query_len: int, key_len: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+def causal_mask(
+    query_len: int, key_len: int, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
     """[1, 1, S, K] additive mask: query i (at key position K - S + i) sees keys <= its own."""
     q = torch.arange(key_len - query_len, key_len, device=device)[:, None]
     k = torch.arange(key_len, device=device)[None, :]
@@ -60,7 +62,8 @@ class DecoderStack(nn.Module):
         self.rotary_emb = Qwen3RotaryEmbedding(self.config)
 
     def reset_rotary(self) -> None:
-        """Recompute the (non-persistent, float32) RoPE inverse frequencies on the weights' device."""
+        """Recompute the (non-persistent, float32) RoPE inverse frequencies on the weights'
+        device."""
         from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
         device = self.norm.weight.device
@@ -150,14 +153,9 @@ class Talker(nn.Module):
         """Codebook-0 / control token ids [...] -> [..., H]."""
         return self.model.codec_embedding(token_ids)
 
-    def forward(
-        self,
-        inputs_embeds: torch.Tensor,
-        position_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        cache: Any = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> (final-norm hidden [B, S, H], codebook-0 logits [B, S, V])."""
+    def forward(self, inputs_embeds, position_ids, attention_mask=None, cache=None):
+        """The stack's arguments (:meth:`DecoderStack.forward`) -> (final-norm hidden [B, S, H],
+        codebook-0 logits [B, S, V])."""
         hidden = self.model(inputs_embeds, position_ids, attention_mask, cache)
         return hidden, self.codec_head(hidden)
 

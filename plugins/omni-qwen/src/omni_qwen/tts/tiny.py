@@ -1,12 +1,13 @@
 """Tiny random Qwen3-TTS checkpoints in the official layout, built in-process (no network).
 
-``build_tiny_qwen3_tts(path, kind)`` writes what ``Qwen/Qwen3-TTS-12Hz-*`` repos hold: ``config.json``
-(real field names), ``generation_config.json``, ``model.safetensors`` (real key names),
-``vocab.json`` / ``merges.txt`` / ``tokenizer_config.json`` (a byte-level BPE Qwen2 tokenizer with the
-chat and TTS special tokens, made here), and ``speech_tokenizer/`` (``config.json`` with a Mimi
-``encoder_config``, ``preprocessor_config.json``, ``model.safetensors`` in Mimi's flat key layout).
-The sizes are tiny but keep the real structure: 16 codebooks, 1024 control ids above the audio
-codes, a code predictor narrower than the talker, a 128-bin ECAPA speaker encoder for Base.
+``build_tiny_qwen3_tts(path, kind)`` writes what ``Qwen/Qwen3-TTS-12Hz-*`` repos hold:
+``config.json`` (real field names), ``generation_config.json``, ``model.safetensors`` (real key
+names), ``vocab.json`` / ``merges.txt`` / ``tokenizer_config.json`` (a byte-level BPE Qwen2
+tokenizer with the chat and TTS special tokens, made here), and ``speech_tokenizer/``
+(``config.json`` with a Mimi ``encoder_config``, ``preprocessor_config.json``,
+``model.safetensors`` in Mimi's flat key layout). The sizes are tiny but keep the real structure:
+16 codebooks, 1024 control ids above the audio codes, a code predictor narrower than the talker,
+a 128-bin ECAPA speaker encoder for Base.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ SPEAKERS = {"aiden": 1000, "serena": 1001, "uncle_fu": 1002}
 DIALECTS = {"aiden": False, "serena": False, "uncle_fu": "beijing_dialect"}
 LANGUAGES = {"english": 120, "chinese": 121, "german": 122, "beijing_dialect": 123}
 WORDS = ("assistant", "user", "hello", "world")
-SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>")
+SPECIALS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tts_pad>",
+    "<tts_text_bos>",
+    "<tts_text_eod>",
+)
 
 
 def _byte_symbols() -> list[str]:
@@ -54,7 +62,9 @@ def write_tiny_tokenizer(folder: Path) -> dict[str, int]:
             vocab.setdefault(current, len(vocab))
     ids = {name: len(vocab) + i for i, name in enumerate(SPECIALS)}
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8")
+    (folder / "merges.txt").write_text(
+        "#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8"
+    )
     added = {
         str(i): {
             "content": name,
@@ -84,7 +94,9 @@ def write_tiny_tokenizer(folder: Path) -> dict[str, int]:
     return ids
 
 
-def tiny_configs(kind: str, size: str, tokens: dict[str, int]) -> tuple[dict[str, Any], dict[str, Any]]:
+def tiny_configs(
+    kind: str, size: str, tokens: dict[str, int]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config.json, speech_tokenizer/config.json) for a tiny model of ``kind``."""
     code_predictor = {
         "vocab_size": CODEBOOK,
@@ -245,16 +257,31 @@ GENERATION = {
     "max_new_tokens": 8192,
 }
 
-_KEEP = ("norm", "layernorm", "layer_scale", "gamma", "cluster_usage", "alpha", "beta", "initialized")
+_KEEP = (
+    "norm",
+    "layernorm",
+    "layer_scale",
+    "gamma",
+    "cluster_usage",
+    "alpha",
+    "beta",
+    "initialized",
+)
 
 
-def _randomise(module: torch.nn.Module, generator: torch.Generator, table_std: float, std: float) -> None:
+def _randomise(
+    module: torch.nn.Module, generator: torch.Generator, table_std: float, std: float
+) -> None:
     """Seeded random weights, so a seed gives the same checkpoint (norm and scale parameters keep
     their constant init): the talker's are large enough that the prompt steers the codes, the
     codec's small enough not to clip."""
     with torch.no_grad():
         for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
-            if any(k in name for k in _KEEP) or not tensor.is_floating_point() or "inv_freq" in name:
+            if (
+                any(k in name for k in _KEEP)
+                or not tensor.is_floating_point()
+                or "inv_freq" in name
+            ):
                 continue
             if name.endswith("bias"):
                 scale = 0.02
@@ -266,10 +293,16 @@ def _randomise(module: torch.nn.Module, generator: torch.Generator, table_std: f
 def _save(state: dict[str, torch.Tensor], path: Path) -> None:
     from safetensors.torch import save_file
 
-    save_file({k: v.detach().contiguous().clone() for k, v in state.items()}, str(path), metadata={"format": "pt"})
+    save_file(
+        {k: v.detach().contiguous().clone() for k, v in state.items()},
+        str(path),
+        metadata={"format": "pt"},
+    )
 
 
-def build_tiny_qwen3_tts(path: str | Path, kind: str = "custom_voice", size: str = "1b7", seed: int = 0) -> Path:
+def build_tiny_qwen3_tts(
+    path: str | Path, kind: str = "custom_voice", size: str = "1b7", seed: int = 0
+) -> Path:
     """Write a tiny random Qwen3-TTS checkpoint of ``kind`` (custom_voice, voice_design, base) to
     ``path`` in the official layout; ``size`` is the ``tts_model_size`` label ("0b6" disables
     CustomVoice instructions, as on the real 0.6B). Returns ``path``."""
@@ -298,8 +331,12 @@ def build_tiny_qwen3_tts(path: str | Path, kind: str = "custom_voice", size: str
     _randomise(codec, generator, 1.0, 0.08)
     _save(to_official_keys(codec.state_dict()), folder / "speech_tokenizer" / "model.safetensors")
     (folder / "config.json").write_text(json.dumps(raw, indent=2), encoding="utf-8")
-    (folder / "generation_config.json").write_text(json.dumps(GENERATION, indent=2), encoding="utf-8")
-    (folder / "speech_tokenizer" / "config.json").write_text(json.dumps(raw_speech, indent=2), encoding="utf-8")
+    (folder / "generation_config.json").write_text(
+        json.dumps(GENERATION, indent=2), encoding="utf-8"
+    )
+    (folder / "speech_tokenizer" / "config.json").write_text(
+        json.dumps(raw_speech, indent=2), encoding="utf-8"
+    )
     preprocessor = {
         "feature_extractor_type": "EncodecFeatureExtractor",
         "feature_size": 1,
@@ -310,5 +347,7 @@ def build_tiny_qwen3_tts(path: str | Path, kind: str = "custom_voice", size: str
         "chunk_length_s": None,
         "overlap": None,
     }
-    (folder / "speech_tokenizer" / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2))
+    (folder / "speech_tokenizer" / "preprocessor_config.json").write_text(
+        json.dumps(preprocessor, indent=2)
+    )
     return folder
