@@ -150,6 +150,16 @@ def test_bad_checkpoints_say_what_is_wrong(qwen3_tts_checkpoints, tmp_path) -> N
     (other / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="tts_model_type 'music'"):
         Qwen3TTSModel.from_pretrained(other)
+    config["tts_model_type"] = "custom_voice"
+    config["talker_config"]["use_sliding_window"] = True
+    (other / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="use_sliding_window is not supported"):
+        Qwen3TTSModel.from_pretrained(other)
+    config["talker_config"]["use_sliding_window"] = False
+    config["talker_config"]["num_code_groups"] = 8
+    (other / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="makes 8 codebooks, the speech tokenizer decodes 16"):
+        Qwen3TTSModel.from_pretrained(other)
 
     with pytest.raises(CheckpointError, match="not a folder"):
         Qwen3TTSModel.from_pretrained(tmp_path / "missing-folder")

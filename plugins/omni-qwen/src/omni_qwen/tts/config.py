@@ -66,6 +66,12 @@ class TalkerConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> TalkerConfig:
+        for name, part in (
+            ("talker_config", raw),
+            ("code_predictor_config", raw.get("code_predictor_config") or {}),
+        ):
+            if part.get("use_sliding_window"):
+                raise ValueError(f"config.json: {name}.use_sliding_window is not supported")
         dims = TransformerDims.from_dict(
             raw,
             vocab_size=3072,

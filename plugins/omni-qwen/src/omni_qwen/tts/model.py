@@ -177,6 +177,7 @@ class Qwen3TTSModel(nn.Module):
         attn_implementation: str = "sdpa",
     ) -> Qwen3TTSModel:
         from .loading import (
+            CheckpointError,
             load_strict,
             load_tokenizer,
             read_json,
@@ -190,6 +191,11 @@ class Qwen3TTSModel(nn.Module):
         codec_config = SpeechTokenizerConfig.from_dict(
             read_json(folder / "speech_tokenizer" / "config.json")
         )
+        if codec_config.decoder.num_quantizers != config.talker.num_code_groups:
+            raise CheckpointError(
+                f"{folder}: the talker makes {config.talker.num_code_groups} codebooks, "
+                f"the speech tokenizer decodes {codec_config.decoder.num_quantizers}"
+            )
         generation = read_json(folder / "generation_config.json", required=False)
         tokenizer = load_tokenizer(folder)
         device = torch.device(device)
