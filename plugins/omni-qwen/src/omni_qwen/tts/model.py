@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -129,7 +128,7 @@ class Qwen3TTSModel(nn.Module):
         seen: torch.Tensor | None,
         steps: torch.Tensor | int,
         repetition_penalty: float = 1.0,
-        min_new_tokens: int = 2,
+        min_new_tokens: int | torch.Tensor = 2,
     ) -> torch.Tensor:
         """The official logits processing for codebook 0 (float32 out): repetition penalty over
         ``seen`` tokens, control tokens suppressed, EOS suppressed while
@@ -261,10 +260,3 @@ class Qwen3TTSModel(nn.Module):
 
 def _strip(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-
-
-def checkpoint_kind(folder: str | os.PathLike[str]) -> str:
-    """The ``tts_model_type`` of a local checkpoint folder (cheap: reads config.json only)."""
-    from .loading import read_json
-
-    return Qwen3TTSConfig.from_dict(read_json(Path(folder) / "config.json")).kind
