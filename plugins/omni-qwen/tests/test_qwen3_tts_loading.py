@@ -163,3 +163,21 @@ def test_bad_checkpoints_say_what_is_wrong(qwen3_tts_checkpoints, tmp_path) -> N
 
     with pytest.raises(CheckpointError, match="not a folder"):
         Qwen3TTSModel.from_pretrained(tmp_path / "missing-folder")
+
+
+def test_tiny_tokenizer_splits_the_chat_frame_as_the_real_one(qwen3_tts) -> None:
+    """The official prompt slices the chat frame by position (3 tokens of role, 5 of tail)."""
+    tokenizer = qwen3_tts["custom_voice"].tokenizer
+    config = qwen3_tts["custom_voice"].config
+
+    def ids(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    role = ids("<|im_start|>assistant\n")
+    assert len(role) == 3 and role[0] == config.im_start_token_id
+    tail = ids("<|im_end|>\n<|im_start|>assistant\n")
+    assert len(tail) == 5 and tail[0] == config.im_end_token_id and tail[2:] == role
+    assert len(ids("<|im_end|>\n")) == 2 and len(ids("<|im_start|>user\n")) == 3
+    text = "Grüße, 你好!"
+    assert ids(f"<|im_start|>assistant\n{text}<|im_end|>\n")[3:-2] == ids(text)
+    assert tokenizer.decode(ids(text)) == text
