@@ -29,9 +29,9 @@ def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor
     """
     if mask is None or mask.dtype != torch.bool:
         return mask if mask is None else mask.to(dtype)
-    zero = torch.zeros((), dtype=dtype, device=mask.device)
-    low = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=mask.device)
-    return torch.where(mask, zero, low)
+    # a fill with a Python scalar: no host-to-device copy (so no sync) inside a decode loop
+    out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return out.masked_fill_(~mask, torch.finfo(dtype).min)
 
 
 def causal_mask(
