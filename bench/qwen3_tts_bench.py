@@ -197,7 +197,7 @@ def run_level(
 
         return sink
 
-    requests = [omni.request(f"{TEXT} ({i})", **fields) for i in range(concurrency)]
+    requests = [omni.request(f"{TEXT} ({i:03d})", **fields) for i in range(concurrency)]
     started = time.perf_counter()
     for request in requests:
         job = Job(request, on_chunk=first(request.request_id))

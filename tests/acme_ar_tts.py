@@ -127,9 +127,9 @@ class AcmeDecoder(DecoderStage):
             state.data["made"] += 1  # stays on the device
         return StepOutput(tokens=code0[:, None], stop=stop, hidden=hidden)
 
-    def prefill(self, state: ARState, cache: SlotCache) -> StepOutput:
-        hidden = self._run(state.data["prompt"][None], cache)
-        return self._out([state], hidden)
+    def prefill(self, states: list[ARState], cache: SlotCache) -> StepOutput:
+        hidden = self._run(torch.stack([s.data["prompt"] for s in states]), cache)
+        return self._out(states, hidden)
 
     def decode(self, states: list[ARState], last: StepOutput, cache: SlotCache) -> StepOutput:
         hidden = self._run(self.model.frame_input(last.tokens)[:, None], cache)

@@ -91,11 +91,14 @@ def test_batched_equals_unbatched_with_join_and_leave(omni) -> None:
     streams = {}
     sizes = []
     steps_before = runtime.steps
+    texts = [*TEXTS, "hello where"]  # as long as TEXTS[0]: they join together, one prefill
     for step in range(200):
         if step < len(TEXTS) * 2 and step % 2 == 0:  # one joins every other step
             text = TEXTS[step // 2]
             streams[text] = pipeline.open(omni.request(text))
-        if all(s.done for s in streams.values()) and len(streams) == len(TEXTS):
+            if step == 0:
+                streams[texts[-1]] = pipeline.open(omni.request(texts[-1]))
+        if all(s.done for s in streams.values()) and len(streams) == len(texts):
             break
         sizes.append(runtime.open_streams)
         runtime.step()

@@ -115,11 +115,11 @@ if TYPE_CHECKING:  # pragma: no cover
         ChunkSchedule,
         DecoderStage,
         FrameStage,
-        SlotCache,
         SpeechStages,
         SpeechStream,
         StepOutput,
     )
+    from omni_core.autoregressive.cache import SlotCache
     from omni_core.benchmark import Workload
     from omni_core.denoisers import DenoiserAdapter, SequencePlan
     from omni_core.distributed.parallelize import parallelize_denoiser

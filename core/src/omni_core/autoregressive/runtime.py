@@ -5,7 +5,8 @@ request and returns its :class:`SpeechStream`; each :meth:`ARRuntime.step` then
 
 1. drops streams that were cancelled or ran past their deadline (they leave between steps),
 2. runs one ``decode`` of the decoder stage for every request already in flight, batched, and
-   the ``prefill`` of each request that joins now (while cache slots are free),
+   the ``prefill`` of the requests that join now (while cache slots are free; one forward per
+   prompt length),
 3. runs the frame stages over all rows of the step at once,
 4. and, for each request whose chunk is due (:class:`~omni_core.autoregressive.ChunkSchedule`),
    reads its stop flags back (the only host synchronisation, once per handed-out chunk), cuts
@@ -213,12 +214,11 @@ class ARRuntime:
                     log.exception("decode step failed for %d requests", len(batch))
                     for stream in batch:
                         self._fail(stream, exc)
-            while self._waiting and self._free:
-                stream = self._waiting.popleft()
-                out = self._prefill(stream)
+            for group in self._joining():
+                out = self._prefill(group)
                 if out is not None:
                     outputs.append(out)
-                    rows.append(stream)
+                    rows.extend(group)
             if not rows:
                 return
             out = StepOutput.cat(outputs)
@@ -253,33 +253,50 @@ class ARRuntime:
         cache.advance()
         return out
 
-    def _prefill(self, stream: SpeechStream) -> StepOutput | None:
+    def _joining(self) -> list[list[SpeechStream]]:
+        """Waiting streams that join now (while slots are free), grouped by prompt length:
+        each group is prefilled in one forward. A prompt that cannot fit fails alone."""
         from omni_core.errors import InvalidRequestError
 
-        state = stream.state
-        try:
-            length = self.stages.decoder.prompt_length(state)
-            room = self.stages.max_len - length
-            if room < 1:
-                raise InvalidRequestError(
-                    f"input: the prompt takes {length} positions; this model holds "
-                    f"{self.stages.max_len}",
-                    param="input",
-                )
-            state.max_frames = min(state.max_frames, room)
-            if state.codec_context is not None and self.stages.codec.left_context:
-                stream.context = state.codec_context[:, -self.stages.codec.left_context :]
+        groups: dict[int, list[SpeechStream]] = {}
+        while self._waiting and len(self._free) > sum(len(g) for g in groups.values()):
+            stream = self._waiting.popleft()
+            state = stream.state
+            try:
+                length = self.stages.decoder.prompt_length(state)
+                if length >= self.stages.max_len:
+                    raise InvalidRequestError(
+                        f"input: the prompt takes {length} positions; this model holds "
+                        f"{self.stages.max_len}",
+                        param="input",
+                    )
+            except Exception as exc:  # noqa: BLE001 - this request fails alone
+                self._fail(stream, exc)
+                continue
+            state.max_frames = min(state.max_frames, self.stages.max_len - length)
+            groups.setdefault(length, []).append(stream)
+        return list(groups.values())
+
+    def _prefill(self, group: list[SpeechStream]) -> StepOutput | None:
+        """Prefill prompts of one length together, each into its own slot."""
+        length = self.stages.decoder.prompt_length(group[0].state)
+        left = self.stages.codec.left_context
+        for stream in group:
+            state = stream.state
+            if state.codec_context is not None and left:
+                stream.context = state.codec_context[:, -left:]
             state.slot = self._free.pop(0)
             self._active.append(stream)
             self.cache.reset_slot(state.slot)
-            self.cache.bind([state.slot], length)
-            out = self.stages.decoder.prefill(state, self.cache)
+        try:
+            self.cache.bind([s.state.slot for s in group], length)
+            out = self.stages.decoder.prefill([s.state for s in group], self.cache)
             self.cache.advance()
             return out
-        except Exception as exc:
-            if not isinstance(exc, InvalidRequestError):
-                log.exception("prefill failed for request %s", state.request.request_id)
-            self._fail(stream, exc)
+        except Exception as exc:  # this group fails, the others go on
+            log.exception("prefill failed for %d requests", len(group))
+            for stream in group:
+                self._fail(stream, exc)
             return None
 
     def _hand_out(self, due: list[SpeechStream]) -> None:

@@ -4,8 +4,9 @@ An autoregressive speech model is a chain of stages the runtime calls once per s
 whole batch of requests in flight:
 
 1. a :class:`DecoderStage` (e.g. a talker transformer) with a KV cache the *runtime* owns
-   (:class:`~omni_core.autoregressive.SlotCache`, transformers' ``Cache`` API): ``prefill`` runs
-   one request's prompt into its slot, ``decode`` advances every bound row by one frame;
+   (:class:`~omni_core.autoregressive.cache.SlotCache`, transformers' ``Cache`` API):
+   ``prefill`` runs the prompts of the requests joining (one length per call) into their
+   slots, ``decode`` advances every bound row by one frame;
 2. any number of :class:`FrameStage` objects (e.g. a code predictor filling the residual
    codebooks of each frame, with its own short cache), applied to the rows of that step;
 3. a :class:`ChunkDecoder` (e.g. a neural codec) that turns frames into audio a chunk at a
@@ -93,9 +94,9 @@ class DecoderStage(ABC):
     """
 
     @abstractmethod
-    def prefill(self, state: ARState, cache: SlotCache) -> StepOutput:
-        """Run one request's prompt (the cache is bound to its slot, with the prompt's length);
-        return its first frame (one row)."""
+    def prefill(self, states: list[ARState], cache: SlotCache) -> StepOutput:
+        """Run the prompts of ``states`` (all of one :meth:`prompt_length`; the cache is bound to
+        their slots) in one forward; return each one's first frame (a row per state)."""
 
     @abstractmethod
     def decode(self, states: list[ARState], last: StepOutput, cache: SlotCache) -> StepOutput:

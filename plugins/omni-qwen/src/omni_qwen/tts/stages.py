@@ -125,10 +125,10 @@ class TalkerStage(DecoderStage):
         stop = code0 == model.codec_eos_id
         return StepOutput(tokens=code0[:, None], stop=stop, hidden=hidden)
 
-    def prefill(self, state: ARState, cache: SlotCache) -> StepOutput:
-        embeds = state.data["prompt"].embeds[None]
+    def prefill(self, states: list[ARState], cache: SlotCache) -> StepOutput:
+        embeds = torch.stack([s.data["prompt"].embeds for s in states])
         hidden, logits = self._forward(embeds, cache)
-        return self._pick([state], hidden, logits)
+        return self._pick(states, hidden, logits)
 
     def decode(self, states: list[ARState], last: StepOutput, cache: SlotCache) -> StepOutput:
         text = torch.stack([s.data["prompt"].text_for_step(s.frames - 1) for s in states])
