@@ -248,7 +248,8 @@ def warmup_request(
     for checkpoints whose default size does not fit (tiny test models, memory-bound devices).
     """
     if isinstance(pipeline, SpeechPipeline):
-        return build_request(pipeline, {"prompt": "Hello."}, request_id="warmup")
+        shared, extras = split_keywords(pipeline.warmup_fields())
+        return build_request(pipeline, shared, extras=extras, request_id="warmup")
     fields: dict[str, Any] = {"prompt": "warm-up", "num_inference_steps": 1, **(overrides or {})}
     return build_request(pipeline, fields, request_id="warmup")
 

@@ -77,3 +77,34 @@ def qwen_images() -> list[Any]:
         Image.fromarray((np.random.RandomState(i).rand(h, w, 3) * 255).astype(np.uint8))
         for i, (h, w) in enumerate(shapes)
     ]
+
+
+@pytest.fixture(scope="session")
+def qwen3_tts_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random Qwen3-TTS checkpoints (official layout): the three kinds + a 0.6B-style one."""
+    from omni_qwen.tts import build_tiny_qwen3_tts
+
+    root = tmp_path_factory.mktemp("qwen3-tts-model")
+    specs = {
+        "custom_voice": ("custom_voice", "1b7"),
+        "voice_design": ("voice_design", "1b7"),
+        "base": ("base", "1b7"),
+    }
+    specs["custom_voice_0b6"] = ("custom_voice", "0b6")
+    return {
+        name: build_tiny_qwen3_tts(root / name, kind, size=size)
+        for name, (kind, size) in specs.items()
+    }
+
+
+@pytest.fixture(scope="session")
+def qwen3_tts(qwen3_tts_checkpoints: dict[str, Path]) -> dict[str, Any]:
+    """The tiny checkpoints loaded with omni's Qwen3TTSModel (float32, CPU)."""
+    import torch
+
+    from omni_qwen.tts import Qwen3TTSModel
+
+    torch.set_num_threads(2)
+    return {
+        name: Qwen3TTSModel.from_pretrained(path) for name, path in qwen3_tts_checkpoints.items()
+    }

@@ -119,6 +119,10 @@ class StreamingSpeechPipeline(SpeechPipeline):
         text = check_text(request.prompt, max_chars=self.max_text_chars)
         voice = check_voice(request.voice, self.voices())
         check_sample_rate(request.sample_rate)
+        if request.reference is not None and not self.clones_voices:
+            raise InvalidRequestError(
+                f"ref_audio: {type(self).__name__} cannot clone voices", param="ref_audio"
+            )
         return request.model_copy(update={"prompt": text, "voice": voice})
 
     @abstractmethod

@@ -81,6 +81,17 @@ def _load(model: str | None, device: str | None, dtype: str | None, quiet: bool)
     metavar="KEY=VALUE",
     help="Pipeline extra (repeatable); VALUE is parsed as JSON when it can be.",
 )
+@click.option(
+    "--instructions",
+    help="Style instructions / a voice description (models that take them; others refuse).",
+)
+@click.option("--language", help="Language to speak ('Auto' or one the model lists).")
+@click.option(
+    "--ref-audio",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Clone the voice of this audio file (models that clone voices).",
+)
+@click.option("--ref-text", help="The transcript of --ref-audio.")
 @click.option("--device", help="torch device (default: the platform's).")
 @click.option("--dtype", help="bfloat16, float16 or float32.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
@@ -95,6 +106,10 @@ def generate_speech(
     stream: bool,
     seed: int | None,
     extras: tuple[str, ...],
+    instructions: str | None,
+    language: str | None,
+    ref_audio: Path | None,
+    ref_text: str | None,
     device: str | None,
     dtype: str | None,
     quiet: bool,
@@ -117,9 +132,24 @@ def generate_speech(
         raise click.BadParameter(exc.message, param_hint="--sample-rate") from None
     audio.check_text(text)
     kwargs: dict[str, Any] = {"speed": speed, **parse_extras(extras)}
-    for key, value in (("voice", voice), ("sample_rate", sample_rate), ("seed", seed)):
+    named = (
+        ("voice", voice),
+        ("sample_rate", sample_rate),
+        ("seed", seed),
+        ("instructions", instructions),
+        ("language", language),
+    )
+    for key, value in named:
         if value is not None:
             kwargs[key] = value
+    if ref_text is not None and ref_audio is None:
+        raise click.BadParameter("give it with --ref-audio", param_hint="--ref-text")
+    if ref_audio is not None:
+        from omni_core.pipelines.base import ReferenceVoice
+        from omni_core.serving.voices import decode_reference
+
+        samples, rate = decode_reference(ref_audio.read_bytes(), param="ref_audio")
+        kwargs["reference"] = ReferenceVoice(audio=samples, sample_rate=rate, transcript=ref_text)
 
     omni = _load(model, device, dtype, quiet)
     request = omni.request(text, **kwargs)  # voice, extras: checked before any compute

@@ -149,3 +149,22 @@ def describe_failure(exc: BaseException, batch: int = 1) -> str:
             "size, fewer frames or fewer concurrent requests"
         )
     return f"{name}: {text[:500]}"
+
+
+def speech_result(
+    chunks: list[AudioChunk], first_chunk_s: float, total_s: float
+) -> GenerationResult:
+    """The whole-file result of a streamed speech request (its deltas concatenated)."""
+    import numpy as np
+
+    audio = np.concatenate([c.samples for c in chunks]).astype(np.float32)
+    rate = chunks[0].sample_rate
+    return GenerationResult(
+        audio=audio,
+        sample_rate=rate,
+        timings={
+            "time_to_first_audio_s": first_chunk_s,
+            "generate_s": total_s,
+            "real_time_factor": total_s / max(len(audio) / rate, 1e-9),
+        },
+    )

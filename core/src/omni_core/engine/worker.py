@@ -12,6 +12,7 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from omni_core.autoregressive.runtime import SpeechStream
 from omni_core.engine.job import (
     EngineObserver,
     EngineStoppedError,
@@ -22,6 +23,7 @@ from omni_core.engine.job import (
     RequestTimeoutError,
     describe_failure,
     failure_error,
+    speech_result,
 )
 from omni_core.errors import InvalidRequestError
 from omni_core.pipelines.base import (
@@ -261,8 +263,12 @@ class Engine:
             for entry in staged:
                 if entry in self._running and entry.state is not None and entry.state.done:
                     self._decode(entry)
-        for entry in speech:
-            self._next_chunk(entry)
+        if speech:
+            runtime = self.pipeline.shared_runtime() if self.kind == "speech" else None
+            if runtime is not None:  # one shared step for every stream, then take what is ready
+                runtime.step()
+            for entry in speech:
+                self._next_chunk(entry, polled=runtime is not None)
 
     def _step(self, batch: list[_Running]) -> None:
         assert isinstance(self.pipeline, StagedPipeline)
@@ -298,11 +304,17 @@ class Engine:
         result.timings["steps"] = float(entry.state.num_steps)
         self._succeed(entry, result)
 
-    def _next_chunk(self, entry: _Running) -> None:
+    def _next_chunk(self, entry: _Running, *, polled: bool = False) -> None:
+        """One chunk of the stream; ``polled``: the deltas its shared runtime made ready."""
         assert entry.stream is not None
         job = entry.job
         try:
-            chunk = next(entry.stream)
+            if polled and isinstance(entry.stream, SpeechStream):
+                chunks, stream = entry.stream.poll(), entry.stream
+                if stream.error is not None:
+                    raise stream.error
+            else:  # a stream that advances alone
+                chunks, stream = [next(entry.stream)], None
         except StopIteration:
             self._finish_speech(entry)
             return
@@ -313,35 +325,23 @@ class Engine:
             self._log_failure(job, exc)
             self._fail(entry, failure_error(exc))
             return
-        if entry.first_chunk_s is None and job.started_at is not None:
+        if chunks and entry.first_chunk_s is None and job.started_at is not None:
             entry.first_chunk_s = time.monotonic() - job.started_at
-        entry.chunks.append(chunk)
-        if job.on_chunk is not None:
-            try:
+        entry.chunks += chunks
+        try:
+            for chunk in chunks if job.on_chunk is not None else ():
                 job.on_chunk(chunk)
-            except Exception:
-                log.exception("request %s: chunk sink failed", job.id)
+        except Exception:
+            log.exception("request %s: chunk sink failed", job.id)
+        if stream is not None and stream.finished:
+            self._finish_speech(entry)
 
     def _finish_speech(self, entry: _Running) -> None:
-        import numpy as np
-
-        job = entry.job
         if not entry.chunks:
             self._fail(entry, InvalidRequestError("the model produced no audio", param="input"))
             return
-        audio = np.concatenate([c.samples for c in entry.chunks]).astype(np.float32)
-        rate = entry.chunks[0].sample_rate
-        total = time.monotonic() - (job.started_at or job.submitted_at)
-        result = GenerationResult(
-            audio=audio,
-            sample_rate=rate,
-            timings={
-                "time_to_first_audio_s": entry.first_chunk_s or 0.0,
-                "generate_s": total,
-                "real_time_factor": total / max(len(audio) / rate, 1e-9),
-            },
-        )
-        self._succeed(entry, result)
+        total = time.monotonic() - (entry.job.started_at or entry.job.submitted_at)
+        self._succeed(entry, speech_result(entry.chunks, entry.first_chunk_s or 0.0, total))
 
     # -- completion ----------------------------------------------------------------------------
 

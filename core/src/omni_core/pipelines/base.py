@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from omni_core.acceleration.lora import AdapterSet
     from omni_core.attention import AttentionRouter
+    from omni_core.autoregressive.runtime import ARRuntime
     from omni_core.platforms import Platform
     from omni_core.registry import PipelineSpec
 
@@ -53,6 +54,29 @@ class LoraRef(BaseModel):
     name: str = Field(min_length=1, max_length=128)
     #: None: the scale the adapter was loaded with (``--lora NAME=PATH:SCALE``, default 1).
     scale: float | None = Field(None, ge=-10.0, le=10.0)
+
+
+@dataclass
+class PreparedVoice:
+    """What a speech pipeline made of a reference voice once (:meth:`SpeechPipeline.prepare_voice`):
+    tensors (a speaker embedding, prompt codes) and JSON-able facts; the server stores both with
+    an uploaded voice so that later requests (and restarts) skip the preparation."""
+
+    tensors: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ReferenceVoice:
+    """A voice to clone: reference audio (float32 mono at ``sample_rate``) and its transcript,
+    and/or what the pipeline prepared from them (``prepared``: set for uploaded voices)."""
+
+    audio: Any = None  # np.ndarray
+    sample_rate: int | None = None
+    transcript: str | None = None
+    prepared: PreparedVoice | None = None
+    #: The uploaded voice's name (None: reference audio sent with the request).
+    name: str | None = None
 
 
 class GenerationRequest(BaseModel):
@@ -75,6 +99,9 @@ class GenerationRequest(BaseModel):
     sample_rate: int | None = Field(None, ge=8000, le=192000)
     lora: tuple[LoraRef, ...] = Field(
         (), description="LoRA adapters (loaded ones, by name) and scales for this request."
+    )
+    reference: ReferenceVoice | None = Field(
+        None, description="Speech: a voice to clone (reference audio or an uploaded voice)."
     )
     extras: dict[str, Any] = Field(default_factory=dict)
     request_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
@@ -318,4 +345,28 @@ class SpeechPipeline(Pipeline):
     def known_voices(cls) -> list[Voice] | None:
         """Voices known without loading weights (``omni voices``);
         None: only a loaded model can tell."""
+        return None
+
+    def warmup_fields(self) -> dict[str, Any]:
+        """Keywords of the smallest request that runs this model end to end (the server's
+        warm-up): shared fields by name, the rest extras. Models that need more than a text
+        (a voice description, a reference voice) or would speak long (random test weights)
+        say so here."""
+        return {"prompt": "Hello."}
+
+    #: True when :meth:`prepare_voice` works and requests may carry a ``reference`` voice.
+    clones_voices: ClassVar[bool] = False
+
+    def prepare_voice(self, voice: ReferenceVoice) -> PreparedVoice:
+        """Prepare a reference voice once (``POST /v1/audio/voices``): speaker embedding, prompt
+        codes, ... Requests then carry it as ``ReferenceVoice(prepared=...)``. The default
+        refuses: this model cannot clone voices."""
+        raise InvalidRequestError(
+            f"{type(self).__name__} cannot clone voices from reference audio", param="audio"
+        )
+
+    def shared_runtime(self) -> ARRuntime | None:
+        """The :class:`~omni_core.autoregressive.ARRuntime` that advances every open stream of
+        this pipeline in one step (autoregressive pipelines). The engine then steps it once per
+        loop iteration and polls the streams; None (the default): each stream advances alone."""
         return None

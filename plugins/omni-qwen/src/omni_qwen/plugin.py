@@ -1,4 +1,5 @@
-"""omni plugin entry point of omni-qwen: registers the Qwen-Image pipelines (lazily, no torch)."""
+"""omni plugin entry point of omni-qwen: registers the Qwen-Image and Qwen3-TTS pipelines
+(lazily, no torch)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,20 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             extras=_EXTRAS,
             capabilities=_CAPS,
             description="Qwen-Image-Edit-2509: one to three input images plus an instruction.",
+        )
+    )
+
+    register(
+        PipelineSpec(
+            name="qwen3-tts",
+            implementation="omni_qwen.tts.pipeline:Qwen3TTSPipeline",
+            tasks=("tts",),
+            architectures=("Qwen3TTSForConditionalGeneration",),
+            extras="omni_qwen.tts.pipeline:Qwen3TTSExtras",
+            capabilities=PipelineCapabilities(streaming=True, step_batching=True),
+            description="Qwen3-TTS 12 Hz (0.6B/1.7B; CustomVoice speakers + instructions, "
+            "VoiceDesign, Base voice cloning) on the autoregressive runtime: concurrent "
+            "requests share decode steps, audio streams as codes arrive.",
         )
     )
 

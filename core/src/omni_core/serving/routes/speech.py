@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from omni_core.engine import Job
@@ -23,6 +23,7 @@ from omni_core.serving.errors import APIError, from_exception
 from omni_core.serving.http import await_job, read_json, request_id, validate
 from omni_core.serving.models import pick
 from omni_core.serving.openapi import body_spec
+from omni_core.serving.routes import voices
 from omni_core.serving.schemas import SpeechBody
 from omni_core.serving.state import ServerState
 
@@ -52,6 +53,23 @@ def _speaks(asked: str, language: str | None) -> bool:
     return language.lower().replace("-", "_").startswith(code.replace("-", "_"))
 
 
+#: Body fields other servers send that a pipeline may honour as its own extras (declared by its
+#: extras model); for other pipelines compat's table decides (ignored and reported, or a 400).
+_NATIVE = ("instructions", "task_type", "x_vector_only_mode", "max_new_tokens")
+
+
+def _native_fields(data: dict[str, Any], pipeline: SpeechPipeline) -> dict[str, Any]:
+    declared = pipeline.extras_model.model_fields
+    return {k: data.pop(k) for k in _NATIVE if k in data and k in declared}
+
+
+def _voice_of(data: dict[str, Any]) -> str | None:
+    voice = data.get("voice")
+    if isinstance(voice, dict):
+        voice = voice.get("id")
+    return voice if isinstance(voice, str) and voice else None
+
+
 def add_routes(router: APIRouter, state: ServerState) -> None:
     @router.post(
         "/audio/speech",
@@ -64,17 +82,29 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
     async def speech(request: Request) -> Response:
         data = await read_json(request, state.config)
         served = pick(state.models, compat.model_of(data), "speech")
+        pipeline = served.pipeline
+        assert isinstance(pipeline, SpeechPipeline)
+        native = _native_fields(data, pipeline)  # what this pipeline honours itself
+        reference, uploaded = await voices.reference_for(state, served, data, _voice_of(data))
         data = compat.translate("speech", data, request, served.pipeline)
         body = validate(SpeechBody, data)
-        extras = body.extras()
-        pipeline = served.pipeline
+        extras = {**body.extras(), **native}
+        if body.instructions and "instructions" in pipeline.extras_model.model_fields:
+            extras["instructions"] = body.instructions
         if body.language is not None and isinstance(pipeline, SpeechPipeline):
             spoken = _voice_language(pipeline, body.voice_id())
             actual = body.language if _speaks(body.language, spoken) else spoken
             compat.pipeline_field(pipeline, "language", body.language, actual, extras, request)
         fields: dict[str, Any] = {"prompt": body.input, "speed": body.speed}
-        if body.voice_id() is not None:
-            fields["voice"] = body.voice_id()
+        voice = body.voice_id()
+        if reference is not None and not uploaded and voice is not None:
+            if voice not in {v.id for v in pipeline.voices()}:  # the openai SDK sends one always
+                compat.ignore(request, "voice")  # ref_audio is the voice: reported, not used
+                voice = None
+        if voice is not None and not uploaded:
+            fields["voice"] = voice
+        if reference is not None:
+            fields["reference"] = reference
         if body.seed is not None:
             fields["seed"] = body.seed
         gen = state.build_request(served, fields, extras=extras, request_id=request_id(request))
@@ -181,32 +211,4 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             return StreamingResponse(sse_stream(), media_type="text/event-stream", headers=headers)
         return StreamingResponse(audio_stream(), media_type=encoder.media_type, headers=headers)
 
-    @router.get("/audio/voices", summary="Voices of the served speech models")
-    async def voices(model: str | None = Query(None, max_length=500)) -> dict[str, Any]:
-        if model is not None and model not in state.models:
-            raise APIError(
-                404,
-                f"the model {model!r} does not exist on this server",
-                param="model",
-                code="model_not_found",
-            )
-        data = []
-        for served in state.models.values():
-            if served.status != "ready" or (model is not None and served.id != model):
-                continue
-            pipeline = served.pipeline
-            if not isinstance(pipeline, SpeechPipeline):
-                continue
-            for voice in pipeline.voices():
-                data.append(
-                    {
-                        "id": voice.id,
-                        "object": "voice",
-                        "name": voice.name or voice.id,
-                        "language": voice.language,
-                        "description": voice.description,
-                        "model": served.id,
-                    }
-                )
-        # "voices": vLLM-Omni's shape (the names); "data": omni's, with languages and models.
-        return {"object": "list", "voices": sorted({v["id"] for v in data}), "data": data}
+    voices.add_routes(router, state)

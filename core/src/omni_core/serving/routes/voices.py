@@ -1,0 +1,199 @@
+"""``/v1/audio/voices``: the voices of the served speech models, and uploaded voices.
+
+``GET`` lists both (vLLM-Omni's ``voices`` names plus omni's ``data`` with languages, models and
+``uploaded``); ``POST`` (multipart: ``name``, the ``audio`` file, optional ``transcript``,
+``consent`` required, optional ``model`` and ``language``) stores a reference voice and prepares
+it for every served model that clones voices; ``DELETE /v1/audio/voices/{name}`` removes it.
+:func:`reference_for` is what the speech route asks: the voice a request clones, if any.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+
+from omni_core.pipelines.base import ReferenceVoice, SpeechPipeline
+from omni_core.serving import media
+from omni_core.serving.errors import APIError, from_exception, invalid
+from omni_core.serving.http import form_fields, form_files, read_form, upload_bytes
+from omni_core.serving.models import ServedModel
+from omni_core.serving.state import ServerState
+from omni_core.serving.voices import VoiceStore, check_name, decode_reference
+
+_STORES: weakref.WeakKeyDictionary[ServerState, VoiceStore] = weakref.WeakKeyDictionary()
+_CONSENT_FALSE = {"", "0", "false", "no", "off", "none"}
+
+
+def store_of(state: ServerState) -> VoiceStore:
+    store = _STORES.get(state)
+    if store is None:
+        store = _STORES[state] = VoiceStore(state.config.state_dir)
+    return store
+
+
+def _speech_models(state: ServerState, model: str | None) -> list[ServedModel]:
+    if model is not None and model not in state.models:
+        raise APIError(
+            404,
+            f"the model {model!r} does not exist on this server",
+            param="model",
+            code="model_not_found",
+        )
+    return [
+        served
+        for served in state.models.values()
+        if served.status == "ready"
+        and isinstance(served.pipeline, SpeechPipeline)
+        and (model is None or served.id == model)
+    ]
+
+
+async def reference_for(
+    state: ServerState, served: ServedModel, data: dict[str, Any], voice: str | None
+) -> tuple[ReferenceVoice | None, bool]:
+    """The voice a speech body clones: ``ref_audio`` (+ ``ref_text``) sent with it, or an
+    uploaded voice named by ``voice``; ``(reference, voice_is_uploaded)``. The fields are taken
+    out of ``data``; a model that cannot clone gets a 400 naming the field."""
+    pipeline = served.pipeline
+    assert isinstance(pipeline, SpeechPipeline)
+    ref_audio, ref_text = data.pop("ref_audio", None), data.pop("ref_text", None)
+    if ref_audio is None and ref_text is not None:
+        raise invalid("ref_text: give it with ref_audio (the audio it transcribes)", "ref_text")
+    if ref_audio is not None:
+        if not pipeline.clones_voices:
+            raise invalid(
+                f"ref_audio: the model {served.id!r} cannot clone voices",
+                "ref_audio",
+                code="unsupported_parameter",
+            )
+        if not isinstance(ref_audio, str) or (
+            ref_text is not None and not isinstance(ref_text, str)
+        ):
+            raise invalid("ref_audio: expected a data URL, base64 or an http(s) URL", "ref_audio")
+        if ref_audio.startswith(("data:", "http://", "https://")):
+            raw = await media.fetch_url(
+                ref_audio,
+                param="ref_audio",
+                allowed_hosts=state.allowed_hosts,
+                max_bytes=state.config.max_upload_bytes,
+            )
+        else:
+            raw = media.parse_data_url("data:audio/*;base64," + ref_audio, "ref_audio")
+        audio, rate = await asyncio.to_thread(decode_reference, raw, param="ref_audio")
+        return ReferenceVoice(audio=audio, sample_rate=rate, transcript=ref_text), False
+    if voice is None or voice in {v.id for v in pipeline.voices()}:
+        return None, False
+    store = store_of(state)
+    if store.get(voice) is None:
+        return None, False  # the pipeline's own check names the voices it has
+    if not pipeline.clones_voices:
+        raise invalid(
+            f"voice: {voice!r} is an uploaded voice; the model {served.id!r} cannot clone voices",
+            "voice",
+            code="unsupported_parameter",
+        )
+    try:
+        return await asyncio.to_thread(store.prepared, voice, served.id, pipeline), True
+    except Exception as exc:  # noqa: BLE001 - an InvalidRequestError becomes a 400, others 500
+        raise from_exception(exc) from None
+
+
+def add_routes(router: APIRouter, state: ServerState) -> None:
+    @router.get("/audio/voices", summary="Voices of the served speech models, and uploaded ones")
+    async def voices(model: str | None = Query(None, max_length=500)) -> dict[str, Any]:
+        served_models = _speech_models(state, model)
+        data = []
+        for served in served_models:
+            pipeline = served.pipeline
+            assert isinstance(pipeline, SpeechPipeline)
+            for voice in pipeline.voices():
+                data.append(
+                    {
+                        "id": voice.id,
+                        "object": "voice",
+                        "name": voice.name or voice.id,
+                        "language": voice.language,
+                        "description": voice.description,
+                        "model": served.id,
+                    }
+                )
+        cloning = [
+            s.id
+            for s in served_models
+            if isinstance(s.pipeline, SpeechPipeline) and s.pipeline.clones_voices
+        ]
+        for stored in store_of(state).list() if cloning else []:
+            data.extend(
+                {**stored.as_dict(), "description": "uploaded", "model": m} for m in cloning
+            )
+        # "voices": vLLM-Omni's shape (the names); "data": omni's, with languages and models.
+        return {"object": "list", "voices": sorted({v["id"] for v in data}), "data": data}
+
+    @router.post("/audio/voices", summary="Upload a reference voice (multipart)", status_code=201)
+    async def upload(request: Request) -> dict[str, Any]:
+        form = await read_form(request, state.config, images=False)
+        try:
+            files = form_files(form, ("audio", "audio_sample", "file"))
+            fields = form_fields(form)
+            uploads = [f for group in files.values() for f in group]
+            if len(uploads) != 1:
+                raise invalid("audio: send exactly one audio file", "audio")
+            raw = await upload_bytes(uploads[0], "audio", state.config)
+        finally:
+            await form.close()
+        unknown = sorted(
+            set(fields) - {"name", "transcript", "ref_text", "consent", "model", "language"}
+        )
+        if unknown:
+            raise invalid(f"unknown field {unknown[0]!r}", unknown[0], code="unknown_parameter")
+        name = check_name(str(fields.get("name", "")))
+        consent = str(fields.get("consent", "")).strip()
+        if consent.lower() in _CONSENT_FALSE:
+            raise invalid(
+                "consent: required: confirm that the speaker agreed to be cloned "
+                "(e.g. consent=true or the speaker's name)",
+                "consent",
+            )
+        transcript = fields.get("transcript", fields.get("ref_text")) or None
+        if transcript is not None and len(transcript) > 4096:
+            raise invalid("transcript: at most 4096 characters", "transcript")
+        targets = [
+            s
+            for s in _speech_models(state, fields.get("model"))
+            if isinstance(s.pipeline, SpeechPipeline) and s.pipeline.clones_voices
+        ]
+        if not targets:
+            raise invalid(
+                "no served speech model clones voices", "model", code="unsupported_parameter"
+            )
+        for served in targets:
+            pipeline = served.pipeline
+            assert isinstance(pipeline, SpeechPipeline)
+            if name in {v.id for v in pipeline.voices()}:
+                raise invalid(
+                    f"name: {name!r} is a voice of {served.id!r}; pick another",
+                    "name",
+                    code="voice_exists",
+                )
+        audio, rate = await asyncio.to_thread(decode_reference, raw)
+        store = store_of(state)
+        language = fields.get("language") or None
+        stored = store.add(
+            name, audio, rate, transcript=transcript, consent=consent, language=language
+        )
+        try:
+            for served in targets:
+                await asyncio.to_thread(store.prepared, name, served.id, served.pipeline)
+        except Exception as exc:  # noqa: BLE001 - no half-prepared voice stays behind
+            store.delete(name)
+            raise from_exception(exc) from None
+        return {**stored.as_dict(), "models": [s.id for s in targets]}
+
+    @router.delete("/audio/voices/{name}", summary="Delete an uploaded voice")
+    async def delete(name: str) -> dict[str, Any]:
+        if not store_of(state).delete(check_name(name)):
+            raise APIError(404, f"no uploaded voice {name!r}", param="name", code="voice_not_found")
+        return {"id": name, "object": "voice", "deleted": True}

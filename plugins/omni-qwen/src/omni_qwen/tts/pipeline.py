@@ -1,0 +1,274 @@
+"""Qwen3-TTS (CustomVoice, VoiceDesign, Base; 0.6B and 1.7B) as an omni speech pipeline.
+
+One pipeline serves the three kinds of the official checkpoint (``tts_model_type`` in its
+``config.json``), on omni's autoregressive runtime (:mod:`.stages`): concurrent requests share
+talker and code-predictor steps, audio streams out in deltas as codes arrive.
+
+- CustomVoice: ``voice`` is one of the checkpoint's speakers (``/v1/audio/voices``);
+  ``instructions`` steer the style (1.7B; the 0.6B refuses them with a 400).
+- VoiceDesign: ``instructions`` describe the voice (required); no named speakers.
+- Base: clones a reference voice: ``ref_audio`` (+ ``ref_text``; or ``x_vector_only_mode``) in the
+  request, or a voice uploaded with ``POST /v1/audio/voices`` (prepared once, stored).
+
+``language`` is honoured (``auto`` or one the checkpoint lists); bad input is a 400 naming the
+field, never ignored. Decoding follows the checkpoint's ``generation_config.json`` (sampling)
+unless the request sets ``temperature`` (0: greedy, what the fidelity tests use).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from omni_core import (
+    ARState,
+    AutoregressiveSpeechPipeline,
+    ChunkSchedule,
+    GenerationRequest,
+    InvalidRequestError,
+    PipelineOptions,
+    PreparedVoice,
+    ReferenceVoice,
+    SpeechStages,
+    Voice,
+)
+
+_TASKS = {
+    "customvoice": "custom_voice",
+    "custom_voice": "custom_voice",
+    "voicedesign": "voice_design",
+    "voice_design": "voice_design",
+    "base": "base",
+}
+
+
+class Qwen3TTSExtras(BaseModel):
+    """Request fields of Qwen3-TTS beyond the shared ones (vLLM-Omni's names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    language: str | None = Field(None, max_length=64, description="'Auto' or a listed language.")
+    instructions: str | None = Field(None, max_length=4096, description="Style / voice design.")
+    task_type: str | None = Field(None, description="CustomVoice, VoiceDesign or Base: checked.")
+    x_vector_only_mode: bool = Field(False, description="Base: clone from the speaker embedding.")
+    max_new_tokens: int | None = Field(None, ge=2, le=8192, description="Frames at most (+1).")
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="0: greedy.")
+    top_k: int | None = Field(None, ge=0, le=10_000)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=4.0)
+    min_new_tokens: int = Field(2, ge=0, le=8192, description="No end of speech before this.")
+    non_streaming_mode: bool | None = Field(None, description="Feed the whole text at prefill.")
+
+
+def _input_error(exc: Exception) -> InvalidRequestError:
+    text = str(exc)
+    param = "input"
+    for needle, name in (
+        ("instruction", "instructions"),
+        ("language", "language"),
+        ("speaker", "voice"),
+        ("reference", "ref_audio"),
+        ("ref_text", "ref_text"),
+    ):
+        if needle in text:
+            param = name
+            break
+    return InvalidRequestError(f"{param}: {text}", param=param)
+
+
+class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
+    extras_model = Qwen3TTSExtras
+    load_options: ClassVar[dict[str, str]] = {
+        "first_chunk_frames": "frames in the first streamed chunk (default 2: first audio early)",
+        "chunk_frames": "frames in each later chunk (default 8)",
+        "max_len": "cache positions per request, prompt + frames (default 4096)",
+    }
+
+    def __init__(self, model: Any, options: PipelineOptions) -> None:
+        super().__init__()
+        self.model, self.options = model, options
+        self.sample_rate = int(model.sample_rate)
+        self.clones_voices = model.kind == "base"
+        extra = options.extra
+        self.schedule = ChunkSchedule(
+            first=int(extra.get("first_chunk_frames", 2)), rest=int(extra.get("chunk_frames", 8))
+        )
+        self.max_len = int(extra.get("max_len", 4096))
+
+    @classmethod
+    def from_pretrained(cls, path: Path, options: PipelineOptions) -> Qwen3TTSPipeline:
+        import torch
+
+        from .model import Qwen3TTSModel
+
+        dtype = options.dtype if options.device.type != "cpu" else torch.float32
+        model = Qwen3TTSModel.from_pretrained(path, device=options.device, dtype=dtype)
+        return cls(model, options)
+
+    # -- what the server lists and checks -----------------------------------------------------
+
+    def voices(self) -> list[Voice]:
+        return [
+            Voice(id=name, name=name, description="Qwen3-TTS speaker")
+            for name in self.model.speakers
+        ]
+
+    def validate(self, request: GenerationRequest) -> GenerationRequest:
+        request = super().validate(request)
+        extras, kind = request.extras, self.model.kind
+        task = extras.get("task_type")
+        if task is not None and _TASKS.get(str(task).lower()) != kind:
+            raise InvalidRequestError(
+                f"task_type={task!r}: this checkpoint is a {kind} model", param="task_type"
+            )
+        language = extras.get("language")
+        if language is not None and language.lower() not in self.model.languages:
+            raise InvalidRequestError(
+                f"language={language!r}: this model speaks {', '.join(self.model.languages)}",
+                param="language",
+            )
+        if extras.get("instructions") and not self.model.supports_instructions:
+            why = "Base models clone a voice" if kind == "base" else "the 0.6B model takes none"
+            raise InvalidRequestError(f"instructions: not supported ({why})", param="instructions")
+        if kind == "voice_design" and not extras.get("instructions"):
+            raise InvalidRequestError(
+                "instructions: a VoiceDesign model needs a description of the voice",
+                param="instructions",
+            )
+        if kind == "base" and request.reference is None:
+            raise InvalidRequestError(
+                "ref_audio: a Base model clones a voice: send ref_audio (+ ref_text) or an "
+                "uploaded voice",
+                param="ref_audio",
+            )
+        if kind != "base" and request.reference is not None:
+            raise InvalidRequestError(
+                f"ref_audio: voice cloning needs a Base model; this one is {kind}",
+                param="ref_audio",
+            )
+        return request
+
+    def warmup_fields(self) -> dict[str, Any]:
+        """A short greedy request of this kind (a design for VoiceDesign, a synthetic reference
+        voice for Base), at most 8 frames: random-weight checkpoints may never say EOS."""
+        import numpy as np
+
+        fields: dict[str, Any] = {"prompt": "Hello.", "temperature": 0, "max_new_tokens": 9}
+        if self.model.kind == "voice_design":
+            fields["instructions"] = "a clear voice"
+        if self.model.kind == "base":
+            tone = 0.3 * np.sin(np.linspace(0, 2000, 24000)).astype(np.float32)
+            fields["reference"] = ReferenceVoice(audio=tone, sample_rate=24000)
+            fields["x_vector_only_mode"] = True
+        return fields
+
+    # -- voices -------------------------------------------------------------------------------
+
+    def prepare_voice(self, voice: ReferenceVoice) -> PreparedVoice:
+        prompt = self._voice_prompt(voice, x_vector_only=not voice.transcript)
+        tensors = {"speaker_embedding": prompt.speaker_embedding}
+        if prompt.ref_codes is not None:
+            tensors["ref_codes"] = prompt.ref_codes
+        return PreparedVoice(tensors=tensors, info={"ref_text": prompt.ref_text})
+
+    def _voice_prompt(self, voice: ReferenceVoice, *, x_vector_only: bool) -> Any:
+        import torch
+
+        from .prompt import Qwen3TTSInputError, VoicePrompt
+
+        if voice.prepared is not None:
+            tensors, device = voice.prepared.tensors, self.model.device
+            codes = tensors.get("ref_codes")
+            text = voice.prepared.info.get("ref_text")
+            return VoicePrompt(
+                speaker_embedding=tensors["speaker_embedding"].to(device, self.model.dtype),
+                ref_codes=None if x_vector_only or codes is None else codes.to(device),
+                ref_text=None if x_vector_only or codes is None else text,
+            )
+        if voice.audio is None or voice.sample_rate is None:
+            raise InvalidRequestError("ref_audio: no reference audio", param="ref_audio")
+        try:
+            with torch.inference_mode():
+                return self.model.prepare_voice(
+                    voice.audio, voice.sample_rate, voice.transcript, x_vector_only=x_vector_only
+                )
+        except Qwen3TTSInputError as exc:
+            raise InvalidRequestError(f"ref_audio: {exc}", param="ref_audio") from None
+
+    # -- the runtime ---------------------------------------------------------------------------
+
+    def stages(self) -> SpeechStages:
+        from .stages import CodecStage, CodePredictorStage, TalkerStage
+
+        model = self.model
+        return SpeechStages(
+            decoder=TalkerStage(model),
+            frame_stages=(CodePredictorStage(model),),
+            codec=CodecStage(model),
+            schedule=self.schedule,
+            max_len=self.max_len,
+        )
+
+    def _setting(self, extras: dict[str, Any], name: str, default: Any) -> Any:
+        value = extras.get(name)
+        return self.model.generation_defaults.get(name, default) if value is None else value
+
+    def prepare(self, request: GenerationRequest) -> ARState:
+        import torch
+
+        from .prompt import Qwen3TTSInputError
+
+        extras, model = request.extras, self.model
+        voice = None
+        if request.reference is not None:
+            voice = self._voice_prompt(
+                request.reference, x_vector_only=extras["x_vector_only_mode"]
+            )
+        speaker = request.voice
+        if speaker is None and model.kind == "custom_voice":
+            speaker = model.speakers[0]
+        try:
+            prompt = model.build_prompt(
+                request.prompt,
+                speaker=speaker,
+                language=extras.get("language") or "auto",
+                instructions=extras.get("instructions"),
+                voice=voice,
+                non_streaming=extras.get("non_streaming_mode"),
+            )
+        except Qwen3TTSInputError as exc:
+            raise _input_error(exc) from None
+        defaults = model.generation_defaults
+        temperature = extras.get("temperature")
+        if temperature is None:
+            temperature = defaults.get("temperature", 0.9) if defaults.get("do_sample", True) else 0
+        sub_sampling = defaults.get("subtalker_dosample", True)
+        device = model.device
+        data = {
+            "prompt": prompt,
+            "made": torch.zeros((), dtype=torch.long, device=device),
+            "min_new_tokens": torch.tensor(int(extras["min_new_tokens"]), device=device),
+            "repetition_penalty": torch.tensor(
+                float(self._setting(extras, "repetition_penalty", 1.05)), device=device
+            ),
+            "temperature": temperature,
+            "top_k": self._setting(extras, "top_k", 50),
+            "top_p": self._setting(extras, "top_p", 1.0),
+            # the code predictor samples like the talker unless the request is greedy
+            "sub_temperature": (
+                defaults.get("subtalker_temperature", 0.9)
+                if sub_sampling and temperature > 0
+                else 0.0
+            ),
+            "sub_top_k": defaults.get("subtalker_top_k", 50),
+            "sub_top_p": defaults.get("subtalker_top_p", 1.0),
+        }
+        limit = int(self._setting(extras, "max_new_tokens", 2048))
+        return ARState(
+            request=request,
+            data=data,
+            max_frames=max(1, limit - 1),  # the official loop stops one short of the budget
+            codec_context=prompt.ref_codes,
+        )
