@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from omni_core.requests import RequestLimits
+from omni_core.serving.stores.config import StorageConfig
 
 #: The defaults of the cost limits (``omni serve --max-*``): the standard sizes of real models
 #: pass (Qwen-Image 1328x1328 up to 2048x2048, Wan 81-241 frames at 50 steps).
@@ -77,6 +78,9 @@ class ServerConfig(BaseModel):
     #: uvicorn's connection cap (``limit_concurrency``) and idle keep-alive timeout.
     max_connections: int = Field(DEFAULT_MAX_CONNECTIONS, ge=1)
     keep_alive_s: float = Field(DEFAULT_KEEP_ALIVE_S, gt=0)
+    #: Where video jobs and outputs live and how long they are kept (``--job-store``,
+    #: ``--output-store``, ``--retention-*``; sdk-docs/docs/operations.md).
+    storage: StorageConfig = Field(default_factory=StorageConfig)
     #: Extra loading options passed to every pipeline (e.g. ``text_encoder_device``).
     options: dict[str, Any] = Field(default_factory=dict)
 

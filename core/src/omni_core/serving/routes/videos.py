@@ -6,6 +6,7 @@ state machine is :mod:`omni_core.serving.jobs`."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import tempfile
 import uuid
@@ -34,9 +35,9 @@ from omni_core.serving.http import (
 )
 from omni_core.serving.models import ServedModel, pick
 from omni_core.serving.openapi import body_spec
-from omni_core.serving.persistence import TERMINAL, JobRecord
 from omni_core.serving.schemas import VideoBody
 from omni_core.serving.state import ServerState
+from omni_core.serving.stores import TERMINAL, JobRecord
 
 #: The longest clip ``seconds`` may ask for (the pipeline's own frame limit applies too).
 MAX_SECONDS = 60.0
@@ -54,8 +55,15 @@ def _seconds(body: VideoBody) -> float | None:
     return seconds
 
 
+def _png(image: Any) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def add_routes(router: APIRouter, state: ServerState) -> None:
     config = state.config
+    keep_s = config.storage.retention.max_age_s  # a finished job's expires_at
 
     def record_or_404(video_id: str) -> JobRecord:
         assert state.store is not None
@@ -166,32 +174,33 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         request.state.request_id = job_id
         served, body, fields, images, seconds, gen = await prepare(request, job_id)
         extras = body.extras()
-        store = state.store
-        assert store is not None
+        outputs = state.outputs
+        assert outputs is not None
         input_path = None
         if images:
-            input_path = str(store.inputs / f"{job_id}.png")
-            await asyncio.to_thread(images[0].save, input_path)
+            blob = await asyncio.to_thread(_png, images[0])
+            input_path = await asyncio.to_thread(outputs.put, f"inputs/{job_id}.png", blob)
         if seconds is not None:  # persisted as frames: a restart rebuilds the same request
             fields["num_frames"] = gen.num_frames
         clip = clip_seconds(served.pipeline, gen)
-        store.create(
-            job_id=job_id,
-            model=served.id,
-            prompt=body.prompt,
-            size=f"{gen.width}x{gen.height}" if gen.width and gen.height else (body.size or ""),
-            seconds=f"{clip:g}" if clip is not None else (body.seconds or ""),
-            request={**fields, "extras": extras},
-            input_path=input_path,
-        )
         try:
-            state.jobs.submit(served, gen)
+            record = await asyncio.to_thread(
+                state.jobs.accept,
+                served,
+                gen,
+                job_id=job_id,
+                model=served.id,
+                prompt=body.prompt,
+                size=f"{gen.width}x{gen.height}" if gen.width and gen.height else (body.size or ""),
+                seconds=f"{clip:g}" if clip is not None else (body.seconds or ""),
+                request={**fields, "extras": extras},
+                input_path=input_path,
+            )
         except APIError:
-            store.delete(job_id)
+            if input_path:
+                outputs.delete(input_path)
             raise
-        record = store.get(job_id)
-        assert record is not None
-        return JSONResponse(record.as_api(), headers=compat.headers(request))
+        return JSONResponse(record.as_api(keep_s), headers=compat.headers(request))
 
     @router.post(
         "/videos/sync",
@@ -230,7 +239,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         assert state.store is not None
         records = state.store.list(order=order, limit=limit + 1, after=after)
         has_more = len(records) > limit
-        data = [r.as_api() for r in records[:limit]]
+        data = [r.as_api(keep_s) for r in records[:limit]]
         return {
             "object": "list",
             "data": data,
@@ -241,7 +250,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
 
     @router.get("/videos/{video_id}", summary="Get a video job")
     async def get_video(video_id: str) -> dict[str, Any]:
-        return record_or_404(video_id).as_api()
+        return record_or_404(video_id).as_api(keep_s)
 
     @router.get(
         "/videos/{video_id}/content",
@@ -250,7 +259,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
     )
     async def video_content(
         video_id: str, variant: str = Query("video", max_length=20)
-    ) -> FileResponse:
+    ) -> Response:
         record = record_or_404(video_id)
         if variant != "video":
             raise invalid(f"variant: only 'video' is available, not {variant!r}", "variant")
@@ -261,21 +270,28 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 param="video_id",
                 code="video_not_ready",
             )
-        path = Path(record.output_path)
-        if not path.is_file():
+        outputs = state.outputs
+        assert outputs is not None
+        key = record.output_path
+        path = await asyncio.to_thread(outputs.local_path, key)
+        if path is not None:
+            return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
+        data = await asyncio.to_thread(outputs.get, key)  # another machine's store (S3)
+        if data is None:
             raise APIError(
                 404,
-                f"the content of video {video_id} is missing from the state dir",
+                f"the content of video {video_id} is missing from the output store",
                 code="video_content_missing",
             )
-        return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
+        disposition = f'attachment; filename="{video_id}.mp4"'
+        return Response(data, media_type="video/mp4", headers={"Content-Disposition": disposition})
 
     @router.delete("/videos/{video_id}", summary="Cancel a queued or running job, or delete one")
     async def delete_video(video_id: str) -> dict[str, Any]:
         record = record_or_404(video_id)
         assert state.store is not None
         if record.status in TERMINAL:
-            await asyncio.to_thread(state.store.delete, video_id)
+            await asyncio.to_thread(state.jobs.delete, video_id)
             return {"id": video_id, "object": "video.deleted", "deleted": True}
         job = state.jobs.get(video_id)
         served = state.models.get(record.model)
@@ -285,10 +301,11 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 await asyncio.wait_for(asyncio.wrap_future(job.future), timeout=60)
             except Exception:  # noqa: BLE001 - the job's own outcome is recorded elsewhere
                 pass
-        else:
+        else:  # queued in the store, or running on another server (its next renewal stops it)
             state.jobs.finalize(
                 video_id,
                 "cancelled",
+                mine=False,
                 error={"code": "cancelled", "message": "cancelled by the client"},
             )
         current = state.store.get(video_id)
