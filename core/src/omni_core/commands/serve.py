@@ -15,6 +15,7 @@ from omni_core.commands.options import (
     check_load_options,
     check_option_keys,
 )
+from omni_core.commands.storage_options import storage_options
 from omni_core.errors import OmniError
 from omni_core.serving.config import (
     DEFAULT_KEEP_ALIVE_S,
@@ -174,6 +175,7 @@ def _preflight(config: ServerConfig) -> None:
     "quantization=fp8, cfg_batch=true (VALUE is JSON when it parses, else a string).",
 )
 @acceleration_options
+@storage_options
 @click.option(
     "--max-upload-mb",
     default=20.0,
@@ -298,6 +300,7 @@ def serve(
     no_warmup: bool,
     warmup_request: str | None,
     log_level: str,
+    storage: object,
 ) -> None:
     """Serve MODEL(s) over an OpenAI-compatible HTTP API.
 
@@ -372,6 +375,7 @@ def serve(
             keep_alive_s=keep_alive_timeout,
             public_url=public_url,
             options=options,
+            storage=storage,
             **({"state_dir": state_dir} if state_dir is not None else {}),
         )
     except ValueError as exc:  # pydantic's ValidationError

@@ -60,9 +60,10 @@ def postgres_server() -> Iterator[str]:
             [*as_user, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust"],
             **run,  # type: ignore[call-overload]
         )
+        log = str(root / "log")
+        pg_ctl = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data)]
         subprocess.run(
-            [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options]
-            + ["-l", str(root / "log"), "-w", "start"],
+            [*pg_ctl, "-o", options, "-l", log, "-w", "start"],
             **run,  # type: ignore[call-overload]
         )
     except subprocess.CalledProcessError as exc:
@@ -104,7 +105,5 @@ def make_bucket(endpoint: str, bucket: str) -> str:
     """Create ``bucket`` on the S3 server at ``endpoint``; returns its ``s3://`` store URL."""
     import boto3
 
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(
-        Bucket=bucket
-    )
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
     return f"s3://{bucket}/omni?endpoint_url={endpoint}&region=us-east-1"
