@@ -73,6 +73,11 @@ _LAZY: dict[str, str] = {
     "sdpa": "omni_core.kernels.sdpa:sdpa",
     # benchmarks
     "Workload": "omni_core.benchmark:Workload",
+    # the server, for deployment plugins (e.g. omni-ray runs it inside each replica)
+    "ServerConfig": "omni_core.serving.config:ServerConfig",
+    "StorageConfig": "omni_core.serving.stores.config:StorageConfig",
+    "RetentionPolicy": "omni_core.serving.stores.config:RetentionPolicy",
+    "create_app": "omni_core.serving.app:create_app",
     # errors
     "OmniError": "omni_core.errors:OmniError",
     "ConfigError": "omni_core.errors:ConfigError",
@@ -131,6 +136,9 @@ if TYPE_CHECKING:  # pragma: no cover
         PlatformSpec,
         QuantizerSpec,
     )
+    from omni_core.serving.app import create_app
+    from omni_core.serving.config import ServerConfig
+    from omni_core.serving.stores.config import RetentionPolicy, StorageConfig
 
 
 def __getattr__(name: str) -> Any:
@@ -177,16 +185,20 @@ __all__ = [
     "PluginError",
     "QuantReport",
     "QuantizerSpec",
+    "RetentionPolicy",
     "ScheduleTable",
     "SequencePlan",
+    "ServerConfig",
     "SpeechPipeline",
     "StagedPipeline",
+    "StorageConfig",
     "StreamingSpeechPipeline",
     "Voice",
     "Workload",
     "__version__",
     "apply_acceleration",
     "cache_key",
+    "create_app",
     "dtype_kwargs",
     "hookimpl",
     "parallelize_denoiser",

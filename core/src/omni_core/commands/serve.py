@@ -249,8 +249,7 @@ def _preflight(config: ServerConfig) -> None:
     "--public-url",
     default=None,
     metavar="URL",
-    help="Base of the absolute `url`s in image responses (e.g. https://omni.example.com when "
-    "behind a proxy); default: the URL the request came in on.",
+    help="Base of the image `url`s in responses (behind a proxy); default: the request's URL.",
 )
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up request of each model.")
 @click.option(
