@@ -1,6 +1,6 @@
 """The job stores on their own, SQLite and a real PostgreSQL server alike: the state machine,
 recovery of a dead server's jobs (re-queued up to a limit), leases, distinct claims by servers
-claiming at once, late updates, paging, schema migrations (a state dir of omni-core 0.3)."""
+claiming at once, late updates, paging, schema migrations (a state dir from before them)."""
 
 from __future__ import annotations
 
@@ -135,8 +135,8 @@ def test_serve_store_concurrent_claims_take_distinct_jobs(store_url: str, tmp_pa
         store.close()
 
 
-def test_serve_store_migrates_a_state_dir_of_omni_core_0_3(tmp_path: Path) -> None:
-    """The jobs table of 0.3 (no owner, no schema version) is migrated in place: its running
+def test_serve_store_migrates_a_state_dir_from_before_schema_versions(tmp_path: Path) -> None:
+    """The jobs table from before (no owner, no schema version) is migrated in place: its running
     job is re-queued and its finished job keeps its content (an absolute path, still read)."""
     from omni_core.serving.stores import open_output_store
 

@@ -1,4 +1,4 @@
-"""Kept for imports written against omni-core 0.3: the job records and the job stores now live
+"""Kept for imports written before the job stores: the job records and the job stores now live
 in :mod:`omni_core.serving.stores` (the interface, SQLite, PostgreSQL, output stores)."""
 
 from __future__ import annotations

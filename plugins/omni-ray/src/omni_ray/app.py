@@ -80,3 +80,14 @@ def build_application(config: DeployConfig, cluster_gpus: float) -> Any:
         max_ongoing_requests=1000,
     )
     return ingress.bind(handles, max_body)
+
+
+def build(args: dict[str, Any]) -> Any:
+    """A Ray Serve application builder: ``import_path: omni_ray.app:build`` with ``args`` a
+    :class:`DeployConfig` mapping, for ``serve run``/``serve deploy`` config files and
+    KubeRay's RayService (``host``/``port``/``address`` there belong to Ray's own settings)."""
+    import ray
+
+    config = DeployConfig(**args)
+    gpus = float(ray.cluster_resources().get("GPU", 0)) if ray.is_initialized() else 0.0
+    return build_application(config, gpus)

@@ -45,7 +45,7 @@ class LocalOutputStore(OutputStore):
 
     def _path(self, key: str) -> Path:
         path = Path(key)
-        if path.is_absolute():  # a row written by omni-core 0.3 holds the absolute path
+        if path.is_absolute():  # a row written before the output stores holds a path
             try:
                 key = path.relative_to(self.root).as_posix()
             except ValueError:

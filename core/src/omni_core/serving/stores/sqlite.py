@@ -51,7 +51,7 @@ class SQLiteJobStore(SQLJobStore):
         columns = {row[1] for row in execute("PRAGMA table_info(jobs)", ())}
         if not columns:
             return 0
-        return 2 if "restarts" in columns else 1  # omni-core 0.3 / 0.2
+        return 2 if "restarts" in columns else 1  # before the schema versions: with restarts or not
 
     def close(self) -> None:
         with self._lock:
