@@ -40,7 +40,10 @@ def deployment_options(
             min_replicas=model.min_replicas if model.min_replicas is not None else 1,
             max_replicas=model.max_replicas,
             initial_replicas=max(model.replicas, model.min_replicas or 1),
-            upscale_delay_s=10,
+            # video work is minutes long: react in seconds, shrink only after two idle minutes
+            metrics_interval_s=2,
+            look_back_period_s=10,
+            upscale_delay_s=5,
             downscale_delay_s=120,
             policy=AutoscalingPolicy(
                 policy_function="omni_ray.autoscale:QueueDepthPolicy",

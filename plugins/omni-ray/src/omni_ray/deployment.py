@@ -90,7 +90,7 @@ class ModelReplica:
             self.state.store.count, status="queued", model=self.model_id
         )
         engine = self.served.engine
-        load = engine.queue_depth() + engine.running_count() if engine is not None else 0
+        load = engine.queue_depth + engine.running_count if engine is not None else 0
         return {"omni_store_queued": float(waiting), "omni_replica_load": float(load)}
 
     def __del__(self) -> None:
