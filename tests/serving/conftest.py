@@ -248,3 +248,16 @@ def fresh_database(postgres_url: str, request: pytest.FixtureRequest) -> str:
     conn.cursor().execute(f"CREATE DATABASE {name}")
     conn.close()
     return postgres_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def make_job(store: Any, job_id: str, **fields: Any) -> None:
+    """A queued video job in ``store`` (``fields`` override the defaults: owner, input...)."""
+    values: dict[str, Any] = {
+        "model": "m",
+        "prompt": "p",
+        "size": "32x32",
+        "seconds": "1",
+        "request": {"prompt": "p"},
+        "input_path": None,
+    }
+    store.create(job_id=job_id, **{**values, **fields})

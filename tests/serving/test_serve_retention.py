@@ -16,19 +16,13 @@ from omni_core.serving.stores import JobStore, OutputStore, RetentionPolicy, ope
 from omni_core.serving.stores.outputs import LocalOutputStore
 from omni_core.serving.stores.retention import Sweeper
 
+from .conftest import make_job
+
 DAY = 86400.0
 
 
 def _job(store: JobStore, job_id: str, *, input_path: str | None = None) -> None:
-    store.create(
-        job_id=job_id,
-        model="m",
-        prompt="p",
-        size="32x32",
-        seconds="1",
-        request={},
-        input_path=input_path,
-    )
+    make_job(store, job_id, input_path=input_path, request={})
 
 
 def _age(outputs: LocalOutputStore, key: str, seconds: float) -> None:

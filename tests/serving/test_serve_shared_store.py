@@ -9,18 +9,15 @@ one SQLite file with one folder shared by both processes.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from omni_core.testing.services import free_port
+from omni_core.testing.services import free_port, omni_command, spawn, wait_until
 
 WARMUP = json.dumps({"width": 32, "height": 32, "num_frames": 5, "num_inference_steps": 1})
 JOB = {"model": "wan", "size": "32x32", "num_frames": 5, "seed": 3}
@@ -41,57 +38,30 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
 
 def _serve(wan: Path, stores: dict[str, str], state: Path, log: Path) -> tuple[Any, str]:
     port = free_port()
-    cmd = [
-        sys.executable,
-        "-c",
-        "from omni_core.cli import main; main()",
-        "serve",
-        f"wan={wan}",
-        "--port",
-        str(port),
-        "--state-dir",
-        str(state),
-        "--job-store",
-        stores["jobs"],
-        "--output-store",
-        stores["outputs"],
-        "--job-lease",
-        "6",
-        "--max-batch",
-        "1",
-        "--warmup-request",
-        WARMUP,
-        "--log-level",
-        "warning",
-    ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
-    return proc, f"http://127.0.0.1:{port}"
+    args = ["serve", f"wan={wan}", "--port", str(port), "--state-dir", str(state)]
+    args += ["--job-store", stores["jobs"], "--output-store", stores["outputs"]]
+    args += ["--job-lease", "6", "--max-batch", "1", "--warmup-request", WARMUP]
+    return spawn(omni_command(*args, "--log-level", "warning"), log), f"http://127.0.0.1:{port}"
 
 
-def _healthy(proc: Any, url: str, log: Path, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"server not healthy in time:\n{log.read_text()[-3000:]}")
+def _healthy(url: str, log: Path) -> None:
+    wait_until(
+        f"{url} healthy", lambda: httpx.get(f"{url}/health", timeout=2).status_code == 200, log
+    )
 
 
 def _poll(client: httpx.Client, video_id: str, predicate: Any, timeout: float = 180) -> Any:
-    deadline = time.monotonic() + timeout
-    job: Any = None
-    while time.monotonic() < deadline:
-        job = client.get(f"/v1/videos/{video_id}").json()
-        if predicate(job):
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"job {video_id} never reached the state: {job}")
+    return wait_until(
+        f"job {video_id}",
+        lambda: predicate(job := client.get(f"/v1/videos/{video_id}").json()) and job,
+        timeout=timeout,
+    )
+
+
+def a_is_idle(client: httpx.Client) -> bool:
+    """No request running on that server (its engine stopped the cancelled job)."""
+    metrics = client.get("/metrics").text
+    return 'omni_running_requests{model="wan"} 0.0' in metrics
 
 
 def test_serve_two_servers_share_jobs_and_outputs(checkpoints, stores, tmp_path: Path) -> None:
@@ -102,8 +72,8 @@ def test_serve_two_servers_share_jobs_and_outputs(checkpoints, stores, tmp_path:
     a, url_a = _serve(wan, stores, tmp_path / "state-a", log_a)
     b, url_b = _serve(wan, stores, tmp_path / "state-b", log_b)
     try:
-        _healthy(a, url_a, log_a)
-        _healthy(b, url_b, log_b)
+        _healthy(url_a, log_a)
+        _healthy(url_b, log_b)
         with (
             httpx.Client(base_url=url_a, timeout=60) as ca,
             httpx.Client(base_url=url_b, timeout=60) as cb,
@@ -116,6 +86,17 @@ def test_serve_two_servers_share_jobs_and_outputs(checkpoints, stores, tmp_path:
             from_b = cb.get(f"/v1/videos/{job['id']}/content")
             assert from_b.status_code == 200 and from_b.content[4:8] == b"ftyp"
             assert ca.get(f"/v1/videos/{job['id']}/content").content == from_b.content
+
+            # Cancelled through B while it runs on A: A stops it at its next lease renewal.
+            doomed = ca.post(
+                "/v1/videos", json={**JOB, "prompt": "doomed", "num_inference_steps": 200}
+            ).json()["id"]
+            _poll(ca, doomed, lambda j: j["status"] == "in_progress")
+            assert cb.delete(f"/v1/videos/{doomed}").json()["status"] == "cancelled"
+            assert (
+                _poll(ca, doomed, lambda j: j["status"] != "in_progress")["status"] == "cancelled"
+            )
+            wait_until("A's slot free again", lambda: a_is_idle(ca), timeout=30)
 
             # A long job on A (its only slot), then two more: A has no room, so they wait in
             # the store and B, which has, takes them. A is killed mid-job.

@@ -14,6 +14,8 @@ import pytest
 from omni_core.serving.stores import MAX_RESTARTS, JobStore, open_job_store
 from omni_core.serving.stores.sql import SCHEMA_VERSION
 
+from .conftest import make_job
+
 DEAD = "host-a:1:dead0000"
 
 
@@ -25,17 +27,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def _job(store: JobStore, job_id: str, owner: str | None = None, lease_s: float = 60) -> None:
-    store.create(
-        job_id=job_id,
-        model="m",
-        prompt="p",
-        size="32x32",
-        seconds="1",
-        request={"prompt": "p"},
-        input_path=None,
-        owner=owner,
-        lease_s=lease_s,
-    )
+    make_job(store, job_id, owner=owner, lease_s=lease_s)
 
 
 def test_serve_store_recovery_late_updates_and_paging(store_url: str, tmp_path: Path) -> None:

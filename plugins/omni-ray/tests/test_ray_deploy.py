@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from omni_core.testing.services import free_port
+from omni_core.testing.services import free_port, omni_command, spawn, wait_until
 
 pytest.importorskip("ray.serve", reason="omni-ray's tests need ray[serve]: run `nox -s ray`")
 
@@ -32,44 +31,11 @@ VIDEO = {"num_frames": 5, "num_inference_steps": 2}
 
 
 def _deploy(wan: Path, state: Path, port: int, log: Path, *extra: str) -> Any:
-    cmd = [
-        sys.executable,
-        "-c",
-        "from omni_core.cli import main; main()",
-        "deploy",
-        "ray",
-        f"wan={wan}",
-        "--replicas",
-        "2",
-        "--cpus-per-replica",
-        "0.5",
-        "--port",
-        str(port),
-        "--state-dir",
-        str(state),
-        "--max-batch",
-        "1",
-        "--warmup-request",
-        WARMUP,
-        *extra,
-    ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    return subprocess.Popen(
-        cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+    args = ["deploy", "ray", f"wan={wan}", "--replicas", "2", "--cpus-per-replica", "0.5"]
+    args += ["--port", str(port), "--state-dir", str(state), "--max-batch", "1"]
+    return spawn(
+        omni_command(*args, "--warmup-request", WARMUP, *extra), log, RAY_USAGE_STATS_ENABLED="0"
     )
-
-
-def _until(what: str, predicate: Any, log: Path, timeout: float = 240) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not in time\n{log.read_text()[-4000:]}")
 
 
 def _ready(url: str) -> Any:
@@ -110,7 +76,7 @@ def test_ray_deploy_two_replicas_share_and_survive(tiny_wan, store, tmp_path: Pa
     proc = _deploy(tiny_wan, state, port, log, *store)
     jobs = None
     try:
-        health = _until("both replicas ready", lambda: _ready(url), log)
+        health = wait_until("both replicas ready", lambda: _ready(url), log)
         assert health["models"] == {"wan": "ready"}
         jobs = open_job_store(store[1] if store else None, state)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
@@ -122,7 +88,7 @@ def test_ray_deploy_two_replicas_share_and_survive(tiny_wan, store, tmp_path: Pa
             for i in range(4)
         ]
         for job in created:
-            _until(
+            wait_until(
                 f"{job.id} completed",
                 lambda j=job: client.videos.retrieve(j.id).status == "completed",
                 log,
@@ -152,14 +118,14 @@ def test_ray_deploy_two_replicas_share_and_survive(tiny_wan, store, tmp_path: Pa
             size="32x32",
             extra_body={**VIDEO, "num_inference_steps": 150},
         )
-        _until(
+        wait_until(
             "long job running",
             lambda: client.videos.retrieve(long.id).progress > 0,
             log,
         )
         owner = jobs.get(long.id).owner
         os.kill(int(owner.split(":")[1]), signal.SIGKILL)
-        done = _until(
+        done = wait_until(
             "long job re-run elsewhere",
             lambda: (v := client.videos.retrieve(long.id)).status in ("completed", "failed") and v,
             log,
@@ -169,7 +135,7 @@ def test_ray_deploy_two_replicas_share_and_survive(tiny_wan, store, tmp_path: Pa
         assert client.videos.download_content(long.id).content[4:8] == b"ftyp"
         listed = {v.id for v in client.videos.list(limit=100).data}
         assert {j.id for j in created} | {long.id} <= listed  # nothing accepted was lost
-        _until("the killed replica replaced", lambda: _ready(url), log)
+        wait_until("the killed replica replaced", lambda: _ready(url), log)
     finally:
         if jobs is not None:
             jobs.close()

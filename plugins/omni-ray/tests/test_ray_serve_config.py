@@ -11,14 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from omni_core.testing.services import free_port
+from omni_core.testing.services import free_port, spawn, wait_until
 
 pytest.importorskip("ray.serve", reason="omni-ray's tests need ray[serve]: run `nox -s ray`")
 
@@ -30,19 +28,6 @@ def tiny_tts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from omni_tts.testing import build_tiny_tts
 
     return build_tiny_tts(tmp_path_factory.mktemp("tts") / "tts")
-
-
-def _until(what: str, predicate: Any, log: Path, timeout: float = 240) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not in time\n{log.read_text()[-4000:]}")
 
 
 def _replicas(url: str, model: str) -> int:
@@ -86,16 +71,9 @@ def test_ray_serve_run_builder_autoscales_routes_and_streams(
     path.write_text(json.dumps(config))
     log = tmp_path / "serve.log"
     serve_cli = str(Path(sys.executable).with_name("serve"))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen(
-        [serve_cli, "run", str(path)],
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
+    proc = spawn([serve_cli, "run", str(path)], log, RAY_USAGE_STATS_ENABLED="0")
     try:
-        _until(
+        wait_until(
             "both models ready",
             lambda: (
                 httpx.get(f"{url}/health", timeout=5).status_code == 200
@@ -134,9 +112,9 @@ def test_ray_serve_run_builder_autoscales_routes_and_streams(
                 assert created.status_code == 200, created.text
                 assert created.json()["model"] == "wan"
                 ids.append(created.json()["id"])
-            _until("wan scaled to 2 replicas", lambda: _replicas(url, "wan") == 2, log, 180)
+            wait_until("wan scaled to 2 replicas", lambda: _replicas(url, "wan") == 2, log, 180)
             for video_id in ids:
-                _until(
+                wait_until(
                     f"{video_id} completed",
                     lambda v=video_id: (
                         client.get(f"/v1/videos/{v}").json()["status"] == "completed"

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -107,3 +108,39 @@ def make_bucket(endpoint: str, bucket: str) -> str:
 
     boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
     return f"s3://{bucket}/omni?endpoint_url={endpoint}&region=us-east-1"
+
+
+def omni_command(*args: str) -> list[str]:
+    """The argv of ``omni ARGS...`` with this interpreter (no console script needed)."""
+    import sys
+
+    return [sys.executable, "-c", "from omni_core.cli import main; main()", *args]
+
+
+def spawn(argv: list[str], log: Path, **env: str) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session (a process group to stop), output appended to ``log``;
+    ``env`` is added to this process's environment (``HF_HUB_OFFLINE=1`` always)."""
+    full = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
+    return subprocess.Popen(
+        argv, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=full, start_new_session=True
+    )
+
+
+def wait_until(what: str, predicate: Any, log: Path | None = None, timeout: float = 240) -> Any:
+    """Poll ``predicate`` (errors of an HTTP client count as "not yet") until it returns
+    something truthy; on timeout fail naming ``what``, with the end of ``log``."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except httpx.HTTPError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.2)
+    tail = log.read_text()[-4000:] if log is not None and log.exists() else ""
+    raise AssertionError(f"{what}: not in time\n{tail}")
