@@ -181,6 +181,7 @@ def test_serve_sweeper_runs_in_the_server(checkpoints, tmp_path: Path) -> None:
         (["--retention-size", "lots"], "expected a size like 500MB"),
         (["--job-store", "mysql://db/omni"], "unknown store 'mysql'"),
         (["--output-store", "gs://bucket"], "unknown store 'gs'"),
+        (["--job-store", "postgresql://omni@127.0.0.1:1/omni"], "--job-store: the job database"),
     ],
 )
 def test_serve_storage_flags_say_no_in_one_line(tmp_path: Path, args: list[str], needle: str):

@@ -67,6 +67,28 @@ def _check_store(url: str | None, flag: str, schemes: tuple[str, ...]) -> str | 
     return url
 
 
+def check_reachable(storage: Any) -> None:
+    """Fail at start, in one line, when a shared store named by URL cannot be used (the
+    database is down, the bucket is missing, a driver is not installed)."""
+    from pathlib import Path
+
+    from omni_core.errors import ConfigError
+    from omni_core.serving.stores import open_job_store, open_output_store
+
+    if storage.job_store and not storage.job_store.startswith("sqlite"):
+        try:
+            open_job_store(storage.job_store, Path(".")).close()
+        except OSError as exc:
+            raise ConfigError(f"--job-store: {exc}") from None
+    if storage.output_store and storage.output_store.startswith("s3"):
+        try:
+            outputs = open_output_store(storage.output_store, Path("."))
+            outputs.check()
+            outputs.close()
+        except OSError as exc:
+            raise ConfigError(f"--output-store: {exc}") from None
+
+
 def storage_options(func: Any) -> Any:
     """Add the storage flags to ``func``; it receives ``storage`` (a ``StorageConfig``)."""
     from omni_core.serving.stores import JOB_STORE_SCHEMES, OUTPUT_STORE_SCHEMES
@@ -88,6 +110,7 @@ def storage_options(func: Any) -> Any:
             lease_s=kwargs.pop("job_lease"),
             retention=retention,
         )
+        check_reachable(kwargs["storage"])
         return func(*args, **kwargs)
 
     options = [
