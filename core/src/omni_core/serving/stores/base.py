@@ -133,8 +133,9 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     def renew(self, owner: str, lease_s: float) -> dict[str, str]:
-        """Extend the leases of ``owner``'s active jobs; returns every job ``owner`` still holds
-        with its status (a job missing from it was taken away: cancelled, or re-queued)."""
+        """Extend the leases of ``owner``'s active jobs; returns the jobs ``owner`` still holds
+        with their status, and those of its jobs cancelled lately by another server (a running
+        job missing from it was taken away: re-queued after a lost lease)."""
 
     @abc.abstractmethod
     def owners(self) -> set[str]:

@@ -41,6 +41,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "ALTER TABLE jobs ADD COLUMN owner TEXT",
             "ALTER TABLE jobs ADD COLUMN lease_until {int}",
             "CREATE INDEX IF NOT EXISTS jobs_status_created ON jobs (status, created_at)",
+            "CREATE INDEX IF NOT EXISTS jobs_owner ON jobs (owner)",
         ),
     ),
 )
@@ -236,7 +237,13 @@ class SQLJobStore(JobStore):
                 "UPDATE jobs SET lease_until = ? WHERE owner = ? AND status IN (?, ?)",
                 (lease, owner, *ACTIVE),
             )
-            rows = execute("SELECT id, status FROM jobs WHERE owner = ?", (owner,))
+            # what this server may be running: its active jobs, and those cancelled lately
+            # (by another server); not its whole history
+            rows = execute(
+                "SELECT id, status FROM jobs WHERE owner = ? AND (status IN (?, ?) OR "
+                "(status = 'cancelled' AND completed_at >= ?))",
+                (owner, *ACTIVE, lease - 10 * math.ceil(lease_s)),
+            )
         return {job_id: status for job_id, status in rows}
 
     def owners(self) -> set[str]:
