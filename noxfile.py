@@ -1,4 +1,8 @@
-"""Developer tasks of the omni monorepo: `nox -s demo|tests|lint|docs|matrix|package`.
+"""Developer tasks of the omni monorepo: `nox -s demo|tests|ray|lint|docs|matrix|package`.
+
+`tests` installs every plugin with its test extras into one venv, except the plugins of
+:data:`OWN_SESSION`: omni-ray needs ray[serve] (large), so its tests run in `nox -s ray`, which
+`.ci/run` runs after `tests`.
 
 Every session that installs something depending on torch installs ``torch==2.13.0`` first and
 explicitly: a loose ``torch`` requirement would otherwise pull a multi-GB CUDA build. Set
@@ -18,8 +22,11 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 CORE = ROOT / "core"
-PLUGINS = sorted(p for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())
-PACKAGES = [CORE, *PLUGINS]
+ALL_PLUGINS = sorted(p for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())
+#: Plugins whose tests have their own session (their dependencies stay out of `tests`).
+OWN_SESSION = {"omni-ray": "ray"}
+PLUGINS = [p for p in ALL_PLUGINS if p.name not in OWN_SESSION]
+PACKAGES = [CORE, *ALL_PLUGINS]
 TORCH = "torch==2.13.0"
 
 nox.options.sessions = ["lint", "tests"]
@@ -81,6 +88,19 @@ def tests(session: nox.Session) -> None:
                 "selection (posargs, markers) or a collection setting is wrong"
             )
         raise
+
+
+@nox.session
+def ray(session: nox.Session) -> None:
+    """omni-ray's tests in their own venv: torch, the workspace, then ray[serve] (via omni-ray).
+
+    A real local Ray cluster with 2 replicas of a tiny model and a real PostgreSQL server;
+    about 3 minutes on 2 CPU cores.
+    """
+    install_workspace(session, core_extras="serve,test,postgres")
+    session.install("-e", f"{ROOT / 'plugins' / 'omni-ray'}[test]")
+    env = {"HF_HUB_OFFLINE": "1", "OMNI_PLATFORM": "", "RAY_USAGE_STATS_ENABLED": "0"}
+    session.run("pytest", str(ROOT / "plugins" / "omni-ray" / "tests"), *session.posargs, env=env)
 
 
 @nox.session

@@ -225,3 +225,47 @@ def _wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: flo
 def wait_for() -> Callable[..., Any]:
     """Poll ``predicate`` until it returns something truthy (or fail after ``timeout``)."""
     return _wait_for
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster (the machine's initdb/pg_ctl) on 127.0.0.1 for the
+    session; each test takes its own database from :func:`fresh_database`."""
+    from omni_core.testing.services import find_postgres, postgres_server
+
+    where = find_postgres()
+    if isinstance(where, str):
+        pytest.skip(where)
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture
+def fresh_database(postgres_url: str, request: pytest.FixtureRequest) -> str:
+    """A new empty database on the session's cluster; returns its URL."""
+    import re
+    from urllib.parse import urlsplit
+
+    import pg8000.dbapi
+
+    name = "t_" + re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:50]
+    port = urlsplit(postgres_url).port
+    conn = pg8000.dbapi.connect(user="postgres", host="127.0.0.1", port=port)
+    conn.autocommit = True
+    conn.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+    conn.cursor().execute(f"CREATE DATABASE {name}")
+    conn.close()
+    return postgres_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def make_job(store: Any, job_id: str, **fields: Any) -> None:
+    """A queued video job in ``store`` (``fields`` override the defaults: owner, input...)."""
+    values: dict[str, Any] = {
+        "model": "m",
+        "prompt": "p",
+        "size": "32x32",
+        "seconds": "1",
+        "request": {"prompt": "p"},
+        "input_path": None,
+    }
+    store.create(job_id=job_id, **{**values, **fields})

@@ -271,10 +271,10 @@ def test_serve_internal_error_keeps_the_keep_alive_connection(live_server, monke
 def test_serve_unwritable_state_dir_is_503_naming_no_path(live_server, monkeypatch, tmp_path):
     """A video job whose input image cannot be saved is a 503 at submit, naming no path."""
     live_server.need("wan")
-    store = live_server.state.store
+    outputs = live_server.state.outputs
     not_a_folder = tmp_path / "secret-place"
     not_a_folder.write_text("a file, not a folder")
-    monkeypatch.setattr(store, "inputs", not_a_folder)
+    monkeypatch.setattr(outputs, "root", not_a_folder)
     fields = {"model": "wan", "prompt": "a fox", "size": "32x32", "num_frames": "5"}
     files = {"input_reference": ("a.png", _png((32, 32)), "image/png")}
     with live_server.http() as client:
@@ -298,7 +298,7 @@ def test_serve_storage_errors_map_to_503_and_507_without_paths() -> None:
 
 
 def test_serve_state_files_are_private(live_server) -> None:
-    root = Path(live_server.state.store.root)
+    root = Path(live_server.state.outputs.root)
     for folder in (root, root / "videos", root / "inputs", root / "images"):
         assert folder.stat().st_mode & 0o777 == 0o700, folder
     assert (root / "jobs.sqlite3").stat().st_mode & 0o777 == 0o600

@@ -147,13 +147,13 @@ def test_serve_kill_restart_and_graceful_shutdown(checkpoints, tmp_path: Path) -
         # uvicorn shuts down gracefully, then re-raises the signal it caught (exit -15).
         assert proc.wait(120) in (0, -signal.SIGTERM), log.read_text()[-3000:]
 
-        from omni_core.serving.persistence import JobStore
+        from omni_core.serving.stores import open_job_store
 
-        store = JobStore(state)
+        store = open_job_store(None, state)
         try:
             record = store.get(last["id"])  # finished within the grace period
             assert record is not None and record.status == "completed", record
-            assert record.output_path and Path(record.output_path).is_file()
+            assert record.output_path and (state / record.output_path).is_file()
             record = store.get(waiting["id"])  # never started: left queued, not failed
             assert record is not None and record.status == "queued", record
         finally:

@@ -96,6 +96,11 @@ _LAZY: dict[str, str] = {
     "sdpa": "omni_core.kernels.sdpa:sdpa",
     # benchmarks
     "Workload": "omni_core.benchmark:Workload",
+    # the server, for deployment plugins (e.g. omni-ray runs it inside each replica)
+    "ServerConfig": "omni_core.serving.config:ServerConfig",
+    "StorageConfig": "omni_core.serving.stores.config:StorageConfig",
+    "RetentionPolicy": "omni_core.serving.stores.config:RetentionPolicy",
+    "create_app": "omni_core.serving.app:create_app",
     # errors
     "OmniError": "omni_core.errors:OmniError",
     "ConfigError": "omni_core.errors:ConfigError",
@@ -173,6 +178,9 @@ if TYPE_CHECKING:  # pragma: no cover
         PlatformSpec,
         QuantizerSpec,
     )
+    from omni_core.serving.app import create_app
+    from omni_core.serving.config import ServerConfig
+    from omni_core.serving.stores.config import RetentionPolicy, StorageConfig
 
 
 def __getattr__(name: str) -> Any:
@@ -230,14 +238,17 @@ __all__ = [
     "QuantReport",
     "QuantizerSpec",
     "ReferenceVoice",
+    "RetentionPolicy",
     "ScheduleTable",
     "SequencePlan",
+    "ServerConfig",
     "SlotCache",
     "SpeechPipeline",
     "SpeechStages",
     "SpeechStream",
     "StagedPipeline",
     "StepOutput",
+    "StorageConfig",
     "StreamingSpeechPipeline",
     "VaeMemory",
     "Voice",
@@ -247,6 +258,7 @@ __all__ = [
     "apply_acceleration",
     "apply_offload",
     "cache_key",
+    "create_app",
     "dtype_kwargs",
     "hookimpl",
     "load_device",

@@ -17,6 +17,7 @@ from omni_core.commands.options import (
     check_load_options,
     check_option_keys,
 )
+from omni_core.commands.storage_options import storage_options
 from omni_core.errors import OmniError
 from omni_core.serving.config import (
     DEFAULT_MAX_ASPECT_RATIO,
@@ -176,6 +177,7 @@ def _preflight(config: ServerConfig) -> None:
 )
 @acceleration_options
 @memory_options(into="load_options")
+@storage_options
 @click.option(
     "--max-upload-mb",
     default=20.0,
@@ -243,8 +245,7 @@ def _preflight(config: ServerConfig) -> None:
     "--public-url",
     default=None,
     metavar="URL",
-    help="Base of the absolute `url`s in image responses (e.g. https://omni.example.com when "
-    "behind a proxy); default: the URL the request came in on.",
+    help="Base of the image `url`s in responses (behind a proxy); default: the request's URL.",
 )
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up request of each model.")
 @click.option(
@@ -294,6 +295,7 @@ def serve(
     no_warmup: bool,
     warmup_request: str | None,
     log_level: str,
+    storage: object,
 ) -> None:
     """Serve MODEL(s) over an OpenAI-compatible HTTP API.
 
@@ -368,6 +370,7 @@ def serve(
             **connections,
             public_url=public_url,
             options=options,
+            storage=storage,
             **({"state_dir": state_dir} if state_dir is not None else {}),
         )
     except ValueError as exc:  # pydantic's ValidationError

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from omni_core.requests import RequestLimits
+from omni_core.serving.stores.config import StorageConfig
 
 #: The defaults of the cost limits (``omni serve --max-*``): the standard sizes of real models
 #: pass (Qwen-Image 1328x1328 up to 2048x2048, Wan 81-241 frames at 50 steps).
@@ -95,6 +96,9 @@ class ServerConfig(BaseModel):
     #: and from there to the end of the body; past either the connection is closed.
     header_timeout_s: float = Field(DEFAULT_HEADER_TIMEOUT_S, gt=0)
     body_timeout_s: float = Field(DEFAULT_BODY_TIMEOUT_S, gt=0)
+    #: Where video jobs and outputs live and how long they are kept (``--job-store``,
+    #: ``--output-store``, ``--retention-*``; sdk-docs/docs/operations.md).
+    storage: StorageConfig = Field(default_factory=StorageConfig)
     #: Extra loading options passed to every pipeline (e.g. ``text_encoder_device``).
     options: dict[str, Any] = Field(default_factory=dict)
 

@@ -1,4 +1,5 @@
-"""What the routes share: the config, the served models, the video jobs and the metrics.
+"""What the routes share: the config, the served models, the stores, the video jobs and the
+metrics.
 
 Models load in a background thread after the socket is open, so ``/health`` can say 503 until
 every model is loaded and warmed. Requests are built by :func:`omni_core.requests.build_request`
@@ -12,7 +13,6 @@ import logging
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omni_core.engine import EngineStoppedError, Job
@@ -25,7 +25,13 @@ from omni_core.serving.errors import APIError, from_exception
 from omni_core.serving.jobs import VideoJobs
 from omni_core.serving.metrics import Metrics
 from omni_core.serving.models import ServedModel
-from omni_core.serving.persistence import JobRecord, JobStore
+from omni_core.serving.stores import (
+    JobRecord,
+    JobStore,
+    OutputStore,
+    open_job_store,
+    open_output_store,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.api import Omni
@@ -42,6 +48,8 @@ class ServerState:
         self.models: dict[str, ServedModel] = {s.id: ServedModel(s) for s in config.models}
         self.preloaded = dict(preloaded or {})
         self.store: JobStore | None = None
+        #: Outputs, video inputs and images answered by URL (any replica serves them).
+        self.outputs: OutputStore | None = None
         self._jobs: VideoJobs | None = None
         self.stopping = False
         self.allowed_hosts = frozenset(h.lower() for h in config.allowed_url_hosts)
@@ -59,18 +67,26 @@ class ServerState:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.store = JobStore(self.config.state_dir)
+        storage = self.config.storage
+        self.outputs = open_output_store(storage.output_store, self.config.state_dir)
+        self.outputs.check()
+        self.store = open_job_store(storage.job_store, self.config.state_dir)
         self._jobs = VideoJobs(
             self.store,
+            self.outputs,
             submit=self.submit,
+            rebuild=self._rebuild_video_request,
             metrics=self.metrics,
             io=self.io,
             stopping=lambda: self.stopping,
+            storage=storage,
+            capacity=self.config.max_batch,
+            max_queue=self.config.max_queue,
         )
-        requeued, failed = self.store.recover()
+        requeued, failed = self._jobs.recover()
         for record in requeued:
             log.warning(
-                "video job %s was running when the server stopped: queued again (restart %d)",
+                "video job %s was running when its server stopped: queued again (restart %d)",
                 record.id,
                 record.restarts,
             )
@@ -88,7 +104,7 @@ class ServerState:
                 log.exception("model %s failed to load", served.id)
             else:
                 self.metrics.ready.labels(served.id).set(1)
-        self.jobs.resume(self.models, self._rebuild_video_request)
+        self.jobs.start(self.models)  # queued jobs (ours from before, anyone's) run now
 
     def drain(self) -> None:
         """Stop admissions at once (503) and let running work finish within the grace period.
@@ -117,8 +133,12 @@ class ServerState:
         for served in self.models.values():  # parallel workers: leave no process behind
             served.close()
         self.io.shutdown(wait=True)
+        if self._jobs is not None:
+            self._jobs.close()  # what was cut off goes back to the store for any server
         if self.store is not None:
             self.store.close()
+        if self.outputs is not None:
+            self.outputs.close()
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -149,7 +169,11 @@ class ServerState:
         fields = dict(record.request)
         extras = fields.pop("extras", None)
         if record.input_path:
-            fields["images"] = [media.decode_image(Path(record.input_path).read_bytes())]
+            assert self.outputs is not None
+            data = self.outputs.get(record.input_path)
+            if data is None:
+                raise APIError(400, "the input image of this job has expired", code="input_missing")
+            fields["images"] = [media.decode_image(data)]
         return self.build_request(served, fields, extras=extras, request_id=record.id)
 
     def submit(self, served: ServedModel, job: Job) -> Job:

@@ -88,9 +88,9 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         data = []
         for blob in encoded:
             if body.response_format == "url":
-                assert state.store is not None
+                assert state.outputs is not None
                 name = f"{uuid.uuid4().hex}.{fmt}"
-                (state.store.images / name).write_bytes(blob)
+                await asyncio.to_thread(state.outputs.put, f"images/{name}", blob)
                 base = base_url(http_request, config.public_url)
                 data.append({"url": f"{base}/v1/images/files/{name}"})
             else:
@@ -228,11 +228,16 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         return await respond(served, body, job, request)
 
     @router.get("/images/files/{name}", summary="An image returned with response_format=url")
-    async def image_file(name: str) -> FileResponse:
-        assert state.store is not None
+    async def image_file(name: str) -> Response:
+        outputs = state.outputs
+        assert outputs is not None
         if not re.fullmatch(r"[0-9a-f]{32}\.(png|jpeg|webp)", name):
             raise APIError(404, f"no image {name!r}", code="not_found")
-        path = state.store.images / name
-        if not path.is_file():
+        media_type = media.IMAGE_FORMATS[name.rsplit(".", 1)[1]][1]
+        path = await asyncio.to_thread(outputs.local_path, f"images/{name}")
+        if path is not None:
+            return FileResponse(path, media_type=media_type)
+        data = await asyncio.to_thread(outputs.get, f"images/{name}")  # another machine's store
+        if data is None:
             raise APIError(404, f"no image {name!r}", code="not_found")
-        return FileResponse(path, media_type=media.IMAGE_FORMATS[name.rsplit(".", 1)[1]][1])
+        return Response(data, media_type=media_type)

@@ -6,23 +6,20 @@ state machine is :mod:`omni_core.serving.jobs`."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
-import time
 import uuid
-from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from omni_core.engine import Job
 from omni_core.pipelines.base import GenerationRequest
 from omni_core.requests import clip_seconds, make_request
 from omni_core.serving import compat, media
 from omni_core.serving.errors import APIError, invalid
 from omni_core.serving.http import (
     FORM_TYPES,
-    await_job,
     diffusion_fields,
     form_fields,
     form_files,
@@ -33,9 +30,9 @@ from omni_core.serving.http import (
 )
 from omni_core.serving.models import ServedModel, pick
 from omni_core.serving.openapi import body_spec
-from omni_core.serving.persistence import TERMINAL, JobRecord
 from omni_core.serving.schemas import VideoBody
 from omni_core.serving.state import ServerState
+from omni_core.serving.stores import TERMINAL, JobRecord
 
 #: The longest clip ``seconds`` may ask for (the pipeline's own frame limit applies too).
 MAX_SECONDS = 60.0
@@ -53,8 +50,15 @@ def _seconds(body: VideoBody) -> float | None:
     return seconds
 
 
+def _png(image: Any) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def add_routes(router: APIRouter, state: ServerState) -> None:
     config = state.config
+    keep_s = config.storage.retention.max_age_s  # a finished job's expires_at
 
     def record_or_404(video_id: str) -> JobRecord:
         assert state.store is not None
@@ -163,40 +167,41 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
     async def create_video(request: Request) -> JSONResponse:
         job_id = f"video_{uuid.uuid4().hex}"
         request.state.request_id = job_id
-        _, _, record = await enqueue(request, job_id)
-        return JSONResponse(record.as_api(), headers=compat.headers(request))
+        record = await accept(request, job_id)
+        return JSONResponse(record.as_api(keep_s), headers=compat.headers(request))
 
-    async def enqueue(request: Request, job_id: str) -> tuple[ServedModel, Job, JobRecord]:
-        """Validate, persist and queue a video job (the same for ``/videos`` and its sync
-        form): its record, input image and request are on disk before it is queued."""
+    async def accept(request: Request, job_id: str) -> JobRecord:
+        """Validate and persist a video job (the same for ``/videos`` and its sync form): its
+        record, input image and request are in the stores before any server runs it."""
         served, body, fields, images, seconds, gen = await prepare(request, job_id)
         extras = body.extras()
-        store = state.store
-        assert store is not None
+        outputs = state.outputs
+        assert outputs is not None
         input_path = None
         if images:
-            input_path = str(store.inputs / f"{job_id}.png")
-            await asyncio.to_thread(images[0].save, input_path)
+            blob = await asyncio.to_thread(_png, images[0])
+            input_path = await asyncio.to_thread(outputs.put, f"inputs/{job_id}.png", blob)
         if seconds is not None:  # persisted as frames: a restart rebuilds the same request
             fields["num_frames"] = gen.num_frames
         clip = clip_seconds(served.pipeline, gen)
-        store.create(
-            job_id=job_id,
-            model=served.id,
-            prompt=body.prompt,
-            size=f"{gen.width}x{gen.height}" if gen.width and gen.height else (body.size or ""),
-            seconds=f"{clip:g}" if clip is not None else (body.seconds or ""),
-            request={**fields, "extras": extras},
-            input_path=input_path,
-        )
         try:
-            job = state.jobs.submit(served, gen)
+            record = await asyncio.to_thread(
+                state.jobs.accept,
+                served,
+                gen,
+                job_id=job_id,
+                model=served.id,
+                prompt=body.prompt,
+                size=f"{gen.width}x{gen.height}" if gen.width and gen.height else (body.size or ""),
+                seconds=f"{clip:g}" if clip is not None else (body.seconds or ""),
+                request={**fields, "extras": extras},
+                input_path=input_path,
+            )
         except APIError:
-            store.delete(job_id)
+            if input_path:
+                outputs.delete(input_path)
             raise
-        record = store.get(job_id)
-        assert record is not None
-        return served, job, record
+        return record
 
     @router.post(
         "/videos/sync",
@@ -211,21 +216,21 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         ),
     )
     async def create_video_sync(request: Request) -> Response:
-        """A video job like ``POST /videos`` (persisted, listed, its id in ``X-Omni-Video-Id``)
-        whose answer is the finished MP4; a client that leaves cancels it."""
+        """A video job like ``POST /videos`` (persisted, listed, its id in ``X-Omni-Video-Id``,
+        run by whichever server has room) whose answer is the finished MP4; a client that
+        leaves cancels it."""
         job_id = f"video_{uuid.uuid4().hex}"
         request.state.request_id = job_id
-        served, job, _ = await enqueue(request, job_id)
-        await await_job(served, job, request)
-        store = state.store
-        assert store is not None
-        record = store.get(job_id)
-        deadline = time.monotonic() + 120  # the MP4 is written right after the last step
+        await accept(request, job_id)
+        store, outputs = state.store, state.outputs
+        assert store is not None and outputs is not None
+        record = await asyncio.to_thread(store.get, job_id)
         while record is not None and record.status not in TERMINAL:
-            if time.monotonic() > deadline:
-                raise APIError(504, "the video was not written in time", code="timeout")
-            await asyncio.sleep(0.02)
-            record = store.get(job_id)
+            if await request.is_disconnected():
+                await cancel(record)
+                raise asyncio.CancelledError  # nobody is left to answer
+            await asyncio.sleep(0.05)
+            record = await asyncio.to_thread(store.get, job_id)
         if record is None or record.status != "completed" or not record.output_path:
             error = (record.error if record is not None else None) or {}
             raise APIError(
@@ -234,9 +239,36 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 type="server_error",
                 code=error.get("code") or "generation_failed",
             )
-        data = await asyncio.to_thread(Path(record.output_path).read_bytes)
+        data = await asyncio.to_thread(outputs.get, record.output_path)
+        if data is None:
+            raise APIError(
+                404,
+                f"the content of video {job_id} is missing from the output store",
+                code="video_content_missing",
+            )
         headers = {**compat.headers(request), "X-Omni-Video-Id": job_id}
         return Response(data, media_type="video/mp4", headers=headers)
+
+    async def cancel(record: JobRecord) -> None:
+        """Cancel a queued or running job: here through the engine, else in the store (the
+        server running it stops at its next lease renewal)."""
+        video_id = record.id
+        job = state.jobs.get(video_id)
+        served = state.models.get(record.model)
+        if job is not None and served is not None and served.engine is not None:
+            served.engine.cancel(job, "cancelled by the client")
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(job.future), timeout=60)
+            except Exception:  # noqa: BLE001 - the job's own outcome is recorded elsewhere
+                pass
+        else:
+            await asyncio.to_thread(
+                state.jobs.finalize,
+                video_id,
+                "cancelled",
+                mine=False,
+                error={"code": "cancelled", "message": "cancelled by the client"},
+            )
 
     @router.get("/videos", summary="List video jobs")
     async def list_videos(
@@ -247,7 +279,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         assert state.store is not None
         records = state.store.list(order=order, limit=limit + 1, after=after)
         has_more = len(records) > limit
-        data = [r.as_api() for r in records[:limit]]
+        data = [r.as_api(keep_s) for r in records[:limit]]
         return {
             "object": "list",
             "data": data,
@@ -258,7 +290,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
 
     @router.get("/videos/{video_id}", summary="Get a video job")
     async def get_video(video_id: str) -> dict[str, Any]:
-        return record_or_404(video_id).as_api()
+        return record_or_404(video_id).as_api(keep_s)
 
     @router.get(
         "/videos/{video_id}/content",
@@ -267,7 +299,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
     )
     async def video_content(
         video_id: str, variant: str = Query("video", max_length=20)
-    ) -> FileResponse:
+    ) -> Response:
         record = record_or_404(video_id)
         if variant != "video":
             raise invalid(f"variant: only 'video' is available, not {variant!r}", "variant")
@@ -278,36 +310,30 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 param="video_id",
                 code="video_not_ready",
             )
-        path = Path(record.output_path)
-        if not path.is_file():
+        outputs = state.outputs
+        assert outputs is not None
+        key = record.output_path
+        path = await asyncio.to_thread(outputs.local_path, key)
+        if path is not None:
+            return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
+        data = await asyncio.to_thread(outputs.get, key)  # another machine's store (S3)
+        if data is None:
             raise APIError(
                 404,
-                f"the content of video {video_id} is missing from the state dir",
+                f"the content of video {video_id} is missing from the output store",
                 code="video_content_missing",
             )
-        return FileResponse(path, media_type="video/mp4", filename=f"{video_id}.mp4")
+        disposition = f'attachment; filename="{video_id}.mp4"'
+        return Response(data, media_type="video/mp4", headers={"Content-Disposition": disposition})
 
     @router.delete("/videos/{video_id}", summary="Cancel a queued or running job, or delete one")
     async def delete_video(video_id: str) -> dict[str, Any]:
         record = record_or_404(video_id)
         assert state.store is not None
         if record.status in TERMINAL:
-            await asyncio.to_thread(state.store.delete, video_id)
+            await asyncio.to_thread(state.jobs.delete, video_id)
             return {"id": video_id, "object": "video.deleted", "deleted": True}
-        job = state.jobs.get(video_id)
-        served = state.models.get(record.model)
-        if job is not None and served is not None and served.engine is not None:
-            served.engine.cancel(job, "cancelled by the client")
-            try:
-                await asyncio.wait_for(asyncio.wrap_future(job.future), timeout=60)
-            except Exception:  # noqa: BLE001 - the job's own outcome is recorded elsewhere
-                pass
-        else:
-            state.jobs.finalize(
-                video_id,
-                "cancelled",
-                error={"code": "cancelled", "message": "cancelled by the client"},
-            )
+        await cancel(record)
         current = state.store.get(video_id)
         return {
             "id": video_id,
