@@ -43,9 +43,6 @@ Talker (codebook 0), any batch, runtime-owned cache
 Code predictor (codebooks 1..15), batched over frames, its own short cache
     ``codes = model.predict_codes(hidden [B, H], code0 [B], sampler=None)`` -> [B, 16] long
     (code0 first). ``sampler(logits [B, vocab], group) -> [B]`` defaults to argmax.
-    ``cache``: an empty ``Cache`` to reuse, e.g. a fixed-size ``cp_graph.StaticFrameCache``.
-    ``model.enable_code_predictor_graphs()`` (CUDA, opt-in): greedy calls (no sampler, no cache)
-    then replay one captured CUDA graph of the loop per batch-size bucket.
     ``model.frame_embedding(codes [B, 16], text [B, H]) -> [B, H]``: the talker's next input
     (sum of the 16 codebook embeddings + that step's trailing text row, or ``prompt.pad``).
 
