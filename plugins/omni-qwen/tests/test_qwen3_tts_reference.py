@@ -162,22 +162,3 @@ def test_code_predictor_batched_over_frames_equals_one_by_one(qwen3_tts) -> None
         hidden, code0, sampler=lambda logits, group: torch.full_like(code0, group)
     )
     assert torch.equal(sampled[0, 1:], torch.arange(1, 16))
-
-
-@torch.inference_mode()
-def test_the_fixed_size_frame_cache_gives_the_same_codes(qwen3_tts) -> None:
-    """The KV store CUDA graphs replay on (fixed addresses) is the DynamicCache's equal."""
-    from omni_qwen.tts.cp_graph import StaticFrameCache
-
-    model = qwen3_tts["custom_voice"]
-    predictor = model.talker.code_predictor
-    hidden = torch.randn(3, model.hidden_size, generator=torch.Generator().manual_seed(5))
-    code0 = torch.tensor([2, 40, 63])
-    cache = StaticFrameCache.for_predictor(predictor, 3, hidden.dtype, hidden.device)
-    expected = model.predict_codes(hidden, code0)
-    for _ in range(2):  # reused frame after frame
-        cache.reset()
-        assert torch.equal(model.predict_codes(hidden, code0, cache=cache), expected)
-    assert cache.get_seq_length() == 16 and cache.keys[0].shape == (3, 1, 16, 12)
-    assert not model.enable_code_predictor_graphs()  # CUDA only; on CPU nothing changes
-    assert torch.equal(model.predict_codes(hidden, code0), expected)

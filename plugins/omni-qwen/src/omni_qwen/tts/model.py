@@ -155,27 +155,11 @@ class Qwen3TTSModel(nn.Module):
     def predict_codes(
         self, hidden: torch.Tensor, code0: torch.Tensor, sampler: Any = None, cache: Any = None
     ) -> torch.Tensor:
-        """hidden [B, H], code0 [B] -> the frame's codes [B, G] (code0 first). Greedy calls
-        (no sampler, no cache) replay a CUDA graph once :meth:`enable_code_predictor_graphs`."""
-        if sampler is None and cache is None and self._cp_graphs is not None:
-            codes = self._cp_graphs(hidden, code0)
-            if codes is not None:
-                return codes
+        """hidden [B, H], code0 [B] -> the frame's codes [B, G] (code0 first)."""
         rest = self.talker.code_predictor.predict(
             hidden, self.talker.embed_codec(code0), sampler, cache
         )
         return torch.cat([code0[:, None], rest], dim=1)
-
-    def enable_code_predictor_graphs(self, buckets: tuple[int, ...] | None = None) -> bool:
-        """Opt in to CUDA graphs for greedy code prediction (:mod:`.cp_graph`), captured lazily
-        per batch-size bucket; False (and nothing changes) off CUDA."""
-        self._cp_graphs = None
-        if self.device.type != "cuda":
-            return False
-        from .cp_graph import BUCKETS, CodePredictorGraphs
-
-        self._cp_graphs = CodePredictorGraphs(self, buckets or BUCKETS)
-        return True
 
     def frame_embedding(self, codes: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
         return self.talker.frame_embedding(codes, text)
@@ -272,7 +256,6 @@ class Qwen3TTSModel(nn.Module):
         self.codec = SpeechTokenizer(codec_config, attn_implementation)
         self._prompts = PromptBuilder(self)
         self._suppressed = None
-        self._cp_graphs = None
 
 
 def _strip(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
