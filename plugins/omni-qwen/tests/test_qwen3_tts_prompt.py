@@ -170,6 +170,11 @@ def test_base_clone_prompts(qwen3_tts) -> None:
             "language 'klingon' is not supported",
         ),
         (
+            "custom_voice",
+            {"speaker": "uncle_fu", "language": "beijing_dialect"},
+            "language 'beijing_dialect' is not supported",
+        ),
+        (
             "custom_voice_0b6",
             {"speaker": "aiden", "instructions": "loud"},
             "0.6B CustomVoice model has none",

@@ -83,7 +83,7 @@ class PromptBuilder:
     def language_id(self, language: str | None, speaker: str | None) -> int | None:
         tc = self.cfg.talker
         lang = (language or "auto").lower()
-        if lang != "auto" and lang not in tc.codec_language_id:
+        if lang not in self.model.languages:  # dialects come only with their speakers
             raise Qwen3TTSInputError(
                 f"language {language!r} is not supported; "
                 f"supported: {', '.join(self.model.languages)}"
