@@ -2,7 +2,8 @@
 behind the ingress, the official openai client. Requests spread over both replicas; a video
 job accepted by one replica finishes on the other after the first is killed; nothing accepted
 is lost; /health and /metrics speak for every replica; SIGTERM drains and exits. Run against
-the default SQLite store (one host) and a real PostgreSQL server.
+the default SQLite store and folder (one host), and a real PostgreSQL server with a real
+S3-compatible server (moto's) as the output store.
 """
 
 from __future__ import annotations
@@ -49,13 +50,21 @@ def _ready(url: str) -> Any:
     return health.json() if httpx.get(f"{url}/v1/models", timeout=5).status_code == 200 else None
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite+folder", "postgresql+s3"])
 def store(request: pytest.FixtureRequest) -> tuple[str, ...]:
-    if request.param == "sqlite":
-        return ()  # the default: STATE_DIR/jobs.sqlite3, shared by the replicas of this host
+    """The deployment's store flags: none (the state dir's SQLite file and folder, shared by
+    the replicas of this host), or a real PostgreSQL server and a real S3-compatible server."""
+    if request.param == "sqlite+folder":
+        return ()
     from urllib.parse import urlsplit
 
     import pg8000.dbapi
+
+    from omni_core.testing.services import make_bucket, s3_server
+
+    s3 = s3_server()
+    endpoint = s3.__enter__()  # sets dummy credentials in os.environ: the replicas inherit them
+    request.addfinalizer(lambda: s3.__exit__(None, None, None))
 
     url = request.getfixturevalue("postgres_url")
     conn = pg8000.dbapi.connect(user="postgres", host="127.0.0.1", port=urlsplit(url).port)
@@ -63,7 +72,8 @@ def store(request: pytest.FixtureRequest) -> tuple[str, ...]:
     conn.cursor().execute("DROP DATABASE IF EXISTS omni_ray")
     conn.cursor().execute("CREATE DATABASE omni_ray")
     conn.close()
-    return ("--job-store", url.rsplit("/", 1)[0] + "/omni_ray")
+    database = url.rsplit("/", 1)[0] + "/omni_ray"
+    return ("--job-store", database, "--output-store", make_bucket(endpoint, "omni-ray"))
 
 
 def test_ray_deploy_two_replicas_share_and_survive(tiny_wan, store, tmp_path: Path) -> None:
@@ -97,6 +107,8 @@ def test_ray_deploy_two_replicas_share_and_survive(tiny_wan, store, tmp_path: Pa
         assert len(owners) == 2, owners
         mp4 = client.videos.download_content(created[0].id).content
         assert mp4[4:8] == b"ftyp"
+        # with S3 the content came from the bucket: the state dir holds no videos
+        assert (state / "videos").is_dir() == (not store)
 
         # The same error bodies as omni serve, from the replica or the ingress.
         with pytest.raises(openai.BadRequestError) as bad:
