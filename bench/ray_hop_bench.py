@@ -75,10 +75,12 @@ def main() -> int:
                 [*argv, "--warmup-request", WARMUP], work / "log", RAY_USAGE_STATS_ENABLED="0"
             )
             url = f"http://127.0.0.1:{port}"
-            wait_until(name, lambda u=url: _ready(u), work / "log", timeout=300)
-            result[name] = _measure(url, args.reps)
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(120)
+            try:
+                wait_until(name, lambda u=url: _ready(u), work / "log", timeout=300)
+                result[name] = _measure(url, args.reps)
+            finally:  # never leave a server behind
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(120)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return 0

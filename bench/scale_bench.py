@@ -69,8 +69,10 @@ def _start(args: argparse.Namespace, ckpt: Path, device: str, state: Path, log: 
 def _phase(args: argparse.Namespace, ckpt: Path, devices: list[str], work: Path) -> dict:
     state = work / f"state-{len(devices)}"
     logs = [work / f"server-{len(devices)}-{i}.log" for i in range(len(devices))]
-    servers = [_start(args, ckpt, d, state, log) for d, log in zip(devices, logs, strict=True)]
+    servers: list[Any] = []
     try:
+        for device, log in zip(devices, logs, strict=True):
+            servers.append(_start(args, ckpt, device, state, log))
         body = {"model": "wan", "prompt": "a red fox running through snow", "seed": 1}
         body |= {"size": f"{args.width}x{args.height}", "num_frames": args.frames}
         body["num_inference_steps"] = args.steps
