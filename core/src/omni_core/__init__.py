@@ -67,6 +67,13 @@ _LAZY: dict[str, str] = {
     "AutoregressiveSpeechPipeline": (
         "omni_core.autoregressive.pipeline:AutoregressiveSpeechPipeline"
     ),
+    # static-shape decode steps replayed as CUDA graphs
+    "GraphRunner": "omni_core.autoregressive.graphs:GraphRunner",
+    "StaticSlotView": "omni_core.autoregressive.graphs:StaticSlotView",
+    "StaticKVCache": "omni_core.autoregressive.graphs:StaticKVCache",
+    "bucket_for": "omni_core.autoregressive.graphs:bucket_for",
+    "batch_buckets": "omni_core.autoregressive.graphs:batch_buckets",
+    "key_bucket": "omni_core.autoregressive.graphs:key_bucket",
     # building blocks for pipelines
     "ScheduleTable": "omni_core.pipelines.schedule:ScheduleTable",
     "route_attention": "omni_core.pipelines.diffusers_attention:route_attention",
@@ -120,6 +127,14 @@ if TYPE_CHECKING:  # pragma: no cover
         StepOutput,
     )
     from omni_core.autoregressive.cache import SlotCache
+    from omni_core.autoregressive.graphs import (
+        GraphRunner,
+        StaticKVCache,
+        StaticSlotView,
+        batch_buckets,
+        bucket_for,
+        key_bucket,
+    )
     from omni_core.benchmark import Workload
     from omni_core.denoisers import DenoiserAdapter, SequencePlan
     from omni_core.distributed.parallelize import parallelize_denoiser
@@ -200,6 +215,7 @@ __all__ = [
     "FrameStage",
     "GenerationRequest",
     "GenerationResult",
+    "GraphRunner",
     "InvalidRequestError",
     "ModelNotFoundError",
     "NoExtras",
@@ -224,15 +240,20 @@ __all__ = [
     "SpeechStages",
     "SpeechStream",
     "StagedPipeline",
+    "StaticKVCache",
+    "StaticSlotView",
     "StepOutput",
     "StreamingSpeechPipeline",
     "Voice",
     "Workload",
     "__version__",
     "apply_acceleration",
+    "batch_buckets",
+    "bucket_for",
     "cache_key",
     "dtype_kwargs",
     "hookimpl",
+    "key_bucket",
     "parallelize_denoiser",
     "resolve_model_path",
     "resolve_speech_model",

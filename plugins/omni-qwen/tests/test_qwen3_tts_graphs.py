@@ -1,0 +1,130 @@
+"""Qwen3-TTS's static-shape decode path (``cuda_graphs``; on CPU it runs without capture): greedy
+codes equal the eager stages' and ``reference_generate``'s with requests joining and leaving
+between steps and batches padded to buckets; sampling draws what the eager stages draw from the
+same generator state (padded rows draw too, so whole sampled requests are equal in
+distribution, not draw for draw); the load option is checked; the pipeline reports its path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from omni_core import ConfigError, Omni
+
+GREEDY = {"temperature": 0, "max_new_tokens": 24}
+TEXTS = [
+    "Hello there, how are you?",
+    "A second and longer sentence to speak today.",
+    "Hi!",
+    "Four requests at once make a padded bucket of four rows.",
+    "And a fifth one joins late.",
+]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory):
+    from omni_qwen.tts import build_tiny_qwen3_tts
+
+    return build_tiny_qwen3_tts(tmp_path_factory.mktemp("qwen3-tts-graphs") / "cv", "custom_voice")
+
+
+@pytest.fixture(scope="module")
+def static(checkpoint) -> Omni:
+    return Omni(checkpoint, device="cpu", cuda_graphs="static")
+
+
+@pytest.fixture(scope="module")
+def eager(checkpoint) -> Omni:
+    return Omni(checkpoint, device="cpu", cuda_graphs="off")
+
+
+def _interleaved(omni: Omni, requests: list[dict], join_every: int = 1) -> list:
+    """Open a request every ``join_every`` steps; step until every stream ends."""
+    pipeline = omni.pipeline
+    runtime = pipeline.shared_runtime()
+    pending = [pipeline.validate(omni.request(**r)) for r in requests]
+    streams, step = [], 0
+    while pending or not all(s.done for s in streams):
+        if pending and step % join_every == 0:
+            streams.append(pipeline.open(pending.pop(0)))
+        runtime.step()
+        step += 1
+    for stream in streams:
+        assert stream.error is None, stream.error
+    return streams
+
+
+def _requests(omni: Omni, budgets: list[int]) -> list[dict]:
+    speakers = omni.pipeline.model.speakers
+    return [
+        {
+            "prompt": TEXTS[i],
+            "voice": speakers[i % len(speakers)],
+            "temperature": 0,
+            "max_new_tokens": budget,
+        }
+        for i, budget in enumerate(budgets)
+    ]
+
+
+def test_static_path_greedy_codes_equal_reference_with_joins_and_leaves(static) -> None:
+    from omni_qwen.tts import reference_generate
+
+    # budgets differ: rows leave at different steps; joins every 3 steps: slots 0..4 in use,
+    # batches of 1..5 rows padded to buckets 1, 2, 4, 8 (of the 64 slots)
+    requests = _requests(static, [24, 9, 30, 14, 20])
+    streams = _interleaved(static, requests, join_every=3)
+    for request, stream in zip(requests, streams, strict=True):
+        ref = reference_generate(
+            static.pipeline.model,
+            request["prompt"],
+            speaker=request["voice"],
+            max_new_tokens=request["max_new_tokens"],
+        )
+        assert torch.equal(stream.all_codes().cpu(), ref.codes)
+    report = static.pipeline.decode_report()
+    assert report["path"] == "static"
+    talker = report["stages"]["talker"]
+    assert talker["eager_calls"] > 0 and talker["replays"] == 0
+
+
+def test_static_path_equals_eager_stages_when_a_slot_frees_in_the_middle(static, eager) -> None:
+    """A short request leaves while others go on; a new one takes its (lower) slot."""
+    requests = _requests(static, [20, 5, 20, 16])
+    got = [s.all_codes() for s in _interleaved(static, requests, join_every=4)]
+    want = [s.all_codes() for s in _interleaved(eager, requests, join_every=4)]
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    assert eager.pipeline.decode_report()["path"] == "eager"
+
+
+def test_static_sampling_draws_what_the_eager_stages_draw(checkpoint) -> None:
+    """Same generator state, same tokens: the graph-safe draw is multinomial's."""
+    from omni_qwen.tts.graphs import GraphTalkerStage, sample_static
+    from omni_qwen.tts.stages import Sampling, sample
+
+    logits = torch.randn(6, 97, generator=torch.Generator().manual_seed(1))
+    settings = Sampling(
+        temperature=torch.tensor([0.9, 0.0, 1.3, 0.7, 0.5, 1.0]),
+        top_k=torch.tensor([50, 0, 5, 0, 1, 97]),
+        top_p=torch.tensor([1.0, 1.0, 0.8, 0.5, 1.0, 0.95]),
+        any=True,
+    )
+    for seed in range(5):
+        a = sample(logits, settings, torch.Generator().manual_seed(seed))
+        b = sample_static(logits, settings, torch.Generator().manual_seed(seed))
+        assert torch.equal(a, b)
+    assert GraphTalkerStage.__mro__[1].__name__ == "TalkerStage"
+
+
+def test_cuda_graphs_option_is_checked_and_defaults_to_eager_off_cuda(checkpoint) -> None:
+    with pytest.raises(ConfigError, match="cuda_graphs"):
+        Omni(checkpoint, device="cpu", cuda_graphs="sometimes")
+    default = Omni(checkpoint, device="cpu")
+    assert default.pipeline.decode_report()["path"] == "not built yet"
+    list(default.stream(TEXTS[2], **GREEDY))
+    assert default.pipeline.decode_report() == {
+        "cuda_graphs": "on",
+        "path": "eager",
+        "stages": None,
+    }
