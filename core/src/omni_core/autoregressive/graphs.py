@@ -118,6 +118,13 @@ class StaticSlotView(Cache):
         **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         keys, values = self.cache.storage(layer_idx)
+        if keys.shape[0] < self.rows or keys.shape[2] < self.keys:
+            raise ValueError(
+                f"the cache storage holds {keys.shape[0]} x {keys.shape[2]}; this view reads "
+                f"{self.rows} x {self.keys} (reserve() it first)"
+            )
+        if key_states.shape[0] != self.rows or key_states.shape[2] != 1:
+            raise ValueError(f"a {self.rows}-row view takes one new token per row")
         where = self.lengths().clamp(max=self.keys - 1)
         keys[self._row_index, :, where] = key_states[:, :, 0].to(keys.dtype)
         values[self._row_index, :, where] = value_states[:, :, 0].to(values.dtype)
@@ -331,7 +338,8 @@ class GraphRunner:
                 self._checked(fn())
         current.wait_stream(side)
         torch.cuda.synchronize(self.device)
-        with torch.cuda.graph(graph, pool=self._pool):
+        # thread-local: request threads may use the device (prompts) while this one captures
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
             outputs = self._checked(fn())
         torch.cuda.synchronize(self.device)
         self._graphs[key] = (graph, outputs)
