@@ -128,3 +128,74 @@ def test_cuda_graphs_option_is_checked_and_defaults_to_eager_off_cuda(checkpoint
         "path": "eager",
         "stages": None,
     }
+
+
+def test_static_path_crosses_key_buckets(checkpoint, eager, monkeypatch) -> None:
+    """Rows grow across key buckets (here 32 -> 64 -> 128 keys) while a short one leaves: the
+    steps are rebuilt at each width; codes still equal the eager stages'."""
+    from omni_core import bucket_for
+    from omni_qwen.tts import graphs
+
+    monkeypatch.setattr(graphs, "key_bucket", lambda n: bucket_for(n, (32,)))
+    omni = Omni(checkpoint, device="cpu", cuda_graphs="static")
+    requests = _requests(omni, [70, 12])
+    requests[0]["min_new_tokens"] = 65  # no early end of speech
+    got = [s.all_codes() for s in _interleaved(omni, requests, join_every=1)]
+    want = [s.all_codes() for s in _interleaved(eager, requests, join_every=1)]
+    assert got[0].shape[1] >= 65
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    talker = omni.pipeline.shared_runtime().stages.decoder
+    assert {key[1] for key in talker._fns} >= {64, 128}
+
+
+class _EmulatedGraph:
+    """What a captured graph does, on CPU: replay reruns the step into the same outputs."""
+
+    def __init__(self, fn, outputs) -> None:
+        self.fn, self.outputs = fn, outputs
+
+    def replay(self) -> None:
+        for mine, new in zip(self.outputs, self.fn(), strict=True):
+            mine.copy_(new)
+
+
+def _emulate_capture(runner) -> None:
+    """Make ``runner`` take its capture path on CPU: warm-up calls (their side effects
+    included), a stored step whose outputs a replay overwrites, clones handed out."""
+
+    def capture(key, fn):
+        for _ in range(runner.warmup + 1):  # the warm-up runs and the capture's own run
+            outputs = runner._checked(fn())
+        runner._graphs[key] = (_EmulatedGraph(fn, outputs), outputs)
+        runner.captured += 1
+        return runner._graphs[key]
+
+    runner.capture = True
+    runner._capture = capture
+
+
+def test_the_capture_path_emulated_on_cpu_gives_the_reference_codes(checkpoint) -> None:
+    """Every batch bucket captured at the first step (on stale inputs, warm-up calls repeated),
+    replays overwriting their outputs: codes still equal reference_generate."""
+    from omni_qwen.tts import reference_generate
+
+    omni = Omni(checkpoint, device="cpu", cuda_graphs="static")
+    stages = omni.pipeline.shared_runtime().stages
+    for runner in (stages.decoder.runner, stages.frame_stages[0].runner):
+        _emulate_capture(runner)
+    requests = _requests(omni, [20, 8, 16])
+    streams = _interleaved(omni, requests, join_every=2)
+    for request, stream in zip(requests, streams, strict=True):
+        ref = reference_generate(
+            omni.pipeline.model,
+            request["prompt"],
+            speaker=request["voice"],
+            max_new_tokens=request["max_new_tokens"],
+        )
+        assert torch.equal(stream.all_codes().cpu(), ref.codes)
+    report = omni.pipeline.decode_report()
+    assert report["path"] == "cuda-graphs"
+    talker, predictor = report["stages"]["talker"], report["stages"]["code_predictor"]
+    assert talker["captured"] == 7 and predictor["captured"] == 7  # buckets 1..64
+    assert talker["replays"] > 0 and talker["eager_calls"] == 0

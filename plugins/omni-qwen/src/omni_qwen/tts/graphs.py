@@ -1,4 +1,6 @@
 """Qwen3-TTS's decode loop at static shapes, replayed as CUDA graphs (the ``cuda_graphs`` path).
+Long because the talker step, the code predictor loop and the device-side per-slot state they
+share are one design, kept in one place.
 
 The eager stages (:mod:`.stages`) launch a talker step (28 layers) and 15 code-predictor steps
 (5 layers each) op by op for every frame, plus per-row Python; at small batches the GPU waits
@@ -42,6 +44,7 @@ from omni_core import (
 )
 
 from .stages import Sampling, TalkerStage
+from .talker import causal_mask
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Qwen3TTSModel
@@ -302,6 +305,8 @@ class _PredictorBuffers:
         self.temperature = torch.zeros(rows, dtype=torch.float32, device=device)
         self.top_k = torch.zeros(rows, dtype=torch.long, device=device)
         self.top_p = torch.ones(rows, dtype=torch.float32, device=device)
+        #: the causal mask of the first step's two inputs (additive, built once, eagerly)
+        self.first_mask = causal_mask(2, 2, device, model.dtype)
         self.cache = StaticKVCache(
             dims.num_hidden_layers,
             rows,
@@ -311,6 +316,25 @@ class _PredictorBuffers:
             model.dtype,
             device,
         )
+
+
+def predict_static(model: Qwen3TTSModel, buffers: _PredictorBuffers, sampler: Any) -> torch.Tensor:
+    """:meth:`Qwen3TTSModel.predict_codes` on the static buffers: the same steps, with the first
+    step's causal mask precomputed (building it would copy a host scalar to the device, which a
+    capture cannot do) and the short cache preallocated."""
+    predictor = model.talker.code_predictor
+    buffers.cache.reset()
+    inputs = torch.stack([buffers.hidden, model.talker.embed_codec(buffers.code0)], dim=1)
+    codes, position = [buffers.code0], 0
+    for group in range(1, predictor.num_groups):
+        mask = buffers.first_mask if group == 1 else None
+        logits = predictor.step(inputs, position, group, buffers.cache, mask)
+        position += inputs.shape[1]
+        code = sampler(logits, group)
+        codes.append(code)
+        if group < predictor.num_groups - 1:
+            inputs = predictor.model.codec_embedding[group - 1](code)[:, None]
+    return torch.stack(codes, dim=1)
 
 
 class GraphCodePredictorStage(FrameStage):
@@ -341,12 +365,7 @@ class GraphCodePredictorStage(FrameStage):
             return sample_static(logits, settings, generator)
 
         def step() -> tuple[torch.Tensor, ...]:
-            buffers.cache.reset()
-            return (
-                model.predict_codes(
-                    buffers.hidden, buffers.code0, sampler=sampler, cache=buffers.cache
-                ),
-            )
+            return (predict_static(model, buffers, sampler),)
 
         self._fns[(rows, sampled)] = step
         return step
