@@ -164,6 +164,16 @@ class SlotTables:
         self.text.index_copy_(0, index, torch.where(fed, text, self.pad.index_select(0, index)))
 
 
+def precapture(runner: GraphRunner, keys: list[Any], current: Any, make: Any) -> None:
+    """Capture the graphs of ``keys`` (not ``current``: the caller runs it with real inputs);
+    stops at the first failure (the runner is then eager)."""
+    for key in keys:
+        if not runner.capture:
+            return
+        if key != current and not runner.has(key):
+            runner.run(key, make(key))
+
+
 class _SlotIndex:
     """The device tensor of the current rows' slots, rebuilt only when the rows change."""
 
@@ -196,6 +206,7 @@ class GraphTalkerStage(TalkerStage):
         )
         self.tables: SlotTables | None = None
         self._index = _SlotIndex()
+        self._warmed = False
         self._storage: tuple[int, ...] = ()
         self._fns: dict[tuple[int, int, bool], Any] = {}
         dims = model.config.talker.dims
@@ -263,13 +274,18 @@ class GraphTalkerStage(TalkerStage):
         keys = min(key_bucket(longest), cache.max_len)
         self._ensure_storage(cache, keys)
         sampled = any(tables.host_temperature[""][s] > 0 for s in slots)
-        if self.runner.capture and not self.runner.has((rows, keys, sampled)):
-            # first graph of this key length and sampling mode: capture every batch bucket
-            # now (they run on stale inputs and write only positions the real step rewrites)
-            for other in batch_buckets(cache.num_slots):
-                if other != rows and not self.runner.has((other, keys, sampled)):
-                    key = (other, keys, sampled)
-                    self.runner.run(key, self._step_fn(cache, *key))
+        if not self._warmed:
+            # the first decode (the warm-up request): capture every batch bucket in both
+            # sampling modes now, so later batch sizes never wait for a capture (they run on
+            # stale inputs and write only positions the real step rewrites); key buckets
+            # reached later are captured when first needed
+            self._warmed = True
+            precapture(
+                self.runner,
+                [(b, keys, m) for m in (False, True) for b in batch_buckets(cache.num_slots)],
+                (rows, keys, sampled),
+                lambda key: self._step_fn(cache, *key),
+            )
         tables.load_inputs(index, last.tokens)
         code0, hidden, seen, made = self.runner.run(
             (rows, keys, sampled), self._step_fn(cache, rows, keys, sampled)
@@ -349,6 +365,7 @@ class GraphCodePredictorStage(FrameStage):
         self._buffers: dict[int, _PredictorBuffers] = {}
         self._fns: dict[tuple[int, bool], Any] = {}
         self._index = _SlotIndex()
+        self._warmed = False
 
     def report(self) -> dict[str, Any]:
         return self.runner.report()
@@ -377,10 +394,14 @@ class GraphCodePredictorStage(FrameStage):
         index = self._index(slots, out.tokens.device)
         rows = min(bucket_for(n), tables.slots)
         sampled = any(tables.host_temperature["sub_"][s] > 0 for s in slots)
-        if self.runner.capture and not self.runner.has((rows, sampled)):
-            for other in batch_buckets(tables.slots):
-                if other != rows and not self.runner.has((other, sampled)):
-                    self.runner.run((other, sampled), self._step_fn(other, sampled))
+        if not self._warmed:  # the first call: every bucket in both modes (as the talker)
+            self._warmed = True
+            precapture(
+                self.runner,
+                [(b, m) for m in (False, True) for b in batch_buckets(tables.slots)],
+                (rows, sampled),
+                lambda key: self._step_fn(*key),
+            )
         fn = self._step_fn(rows, sampled)
         buffers = self._buffers[rows]
         buffers.hidden[:n].copy_(out.hidden)
