@@ -72,7 +72,40 @@ def batch_buckets(limit: int, buckets: Sequence[int] = BATCH_BUCKETS) -> list[in
     return sorted({min(bucket_for(n, buckets), limit) for n in {*buckets, limit} if n <= limit})
 
 
-class StaticSlotView(Cache):
+class _FixedCache(Cache):
+    """What both static caches share: transformers' ``Cache`` base, ``update`` -> ``_write``."""
+
+    def __init__(self) -> None:
+        try:
+            super().__init__(layers=[])
+        except TypeError:  # transformers before 4.56: a Cache takes no layers
+            super().__init__()
+
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        layer_idx: int,
+        *args: Any,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._write(key_states, value_states, layer_idx)
+
+    def _write(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    @property
+    def is_compileable(self) -> bool:
+        return False
+
+    @property
+    def is_initialized(self) -> bool:
+        return True
+
+
+class StaticSlotView(_FixedCache):
     """Slots ``0..rows-1`` of a :class:`SlotCache`, ``keys`` positions each, one new token per row.
 
     Built for one captured shape; every value it reads (slot lengths, storage) lives on the
@@ -84,10 +117,7 @@ class StaticSlotView(Cache):
     def __init__(self, cache: SlotCache, rows: int, keys: int) -> None:
         import torch
 
-        try:
-            super().__init__(layers=[])
-        except TypeError:  # transformers before 4.56
-            super().__init__()
+        super().__init__()
         self.cache, self.rows, self.keys = cache, int(rows), int(keys)
         device = cache.device
         self._row_index = torch.arange(self.rows, device=device)
@@ -109,13 +139,8 @@ class StaticSlotView(Cache):
         mask.masked_fill_(~allowed, torch.finfo(dtype).min)
         return mask[:, None, None, :]
 
-    def update(
-        self,
-        key_states: torch.Tensor,
-        value_states: torch.Tensor,
-        layer_idx: int,
-        *args: Any,
-        **kwargs: Any,
+    def _write(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         keys, values = self.cache.storage(layer_idx)
         if keys.shape[0] < self.rows or keys.shape[2] < self.keys:
@@ -139,16 +164,8 @@ class StaticSlotView(Cache):
     def get_max_length(self, layer_idx: int | None = None) -> int:
         return self.keys
 
-    @property
-    def is_compileable(self) -> bool:
-        return False
 
-    @property
-    def is_initialized(self) -> bool:
-        return True
-
-
-class StaticKVCache(Cache):
+class StaticKVCache(_FixedCache):
     """``layers`` x ``[rows, kv_heads, positions, head_dim]`` preallocated keys and values.
 
     Write offsets are host integers (the caller's loop is unrolled at capture): ``reset()``
@@ -169,10 +186,7 @@ class StaticKVCache(Cache):
     ) -> None:
         import torch
 
-        try:
-            super().__init__(layers=[])
-        except TypeError:  # transformers before 4.56
-            super().__init__()
+        super().__init__()
         shape = (rows, kv_heads, positions, head_dim)
         self._keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self._values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
@@ -181,13 +195,8 @@ class StaticKVCache(Cache):
     def reset(self) -> None:
         self._used = [0] * len(self._used)
 
-    def update(
-        self,
-        key_states: torch.Tensor,
-        value_states: torch.Tensor,
-        layer_idx: int,
-        *args: Any,
-        **kwargs: Any,
+    def _write(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         start = self._used[layer_idx]
         stop = start + key_states.shape[2]
@@ -207,14 +216,6 @@ class StaticKVCache(Cache):
 
     def get_max_length(self, layer_idx: int | None = None) -> int:
         return self._keys[0].shape[2]
-
-    @property
-    def is_compileable(self) -> bool:
-        return False
-
-    @property
-    def is_initialized(self) -> bool:
-        return True
 
 
 StepFn = Callable[[], tuple["torch.Tensor", ...]]

@@ -17,9 +17,9 @@ on the host. Here both become one replayed CUDA graph per batch bucket
 - :class:`GraphCodePredictorStage`: the whole 15-group frame loop of the code predictor, its
   short cache in static buffers (:class:`omni_core.StaticKVCache`), sampling inside.
 
-Sampling draws with the exponential-race form of ``torch.multinomial`` (``argmax(p / E)``,
-``E ~ Exp(1)``), which is what ``multinomial`` computes for one sample, without its host-side
-probability check: graph-safe, and the same draw from the same generator state. Off CUDA (or
+Sampling is :func:`.stages.sample`, whose draw is the exponential-race form of
+``torch.multinomial`` (``argmax(p / E)``, ``E ~ Exp(1)``: what ``multinomial`` computes for one
+sample, without its host-side probability check), so it is graph-safe. Off CUDA (or
 after a failed capture, reason logged) the same static-shape functions run eagerly, so greedy
 codes equal the eager stages' and ``reference_generate``'s.
 """
@@ -43,7 +43,7 @@ from omni_core import (
     key_bucket,
 )
 
-from .stages import Sampling, TalkerStage
+from .stages import Sampling, TalkerStage, sample
 from .talker import causal_mask
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,26 +51,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Cache positions reserved per slot before the first capture (grown later by key bucket).
 RESERVED_KEYS = 512
-
-
-def sample_static(
-    logits: torch.Tensor, settings: Sampling, generator: torch.Generator | None = None
-) -> torch.Tensor:
-    """:func:`.stages.sample` with a graph-safe draw (module doc); same result per generator."""
-    greedy = logits.argmax(-1)
-    if not settings.any:
-        return greedy
-    scaled = logits.float() / settings.temperature.clamp(min=1e-5)[:, None]
-    ordered, index = scaled.sort(-1, descending=True)
-    ranks = torch.arange(ordered.shape[-1], device=ordered.device)[None]
-    k = torch.where(settings.top_k > 0, settings.top_k, ordered.shape[-1])
-    probs = ordered.softmax(-1)
-    keep = (ranks < k[:, None]) & ((probs.cumsum(-1) - probs) < settings.top_p[:, None])
-    keep[:, 0] = True
-    weights = ordered.masked_fill(~keep, float("-inf")).softmax(-1)
-    noise = torch.empty_like(weights).exponential_(1, generator=generator)
-    sampled = index.gather(-1, (weights / noise).argmax(-1, keepdim=True))[:, 0]
-    return torch.where(settings.temperature > 0, sampled, greedy)
 
 
 def pick_code0(
@@ -88,7 +68,7 @@ def pick_code0(
     scores = logits.float()
     penalised = torch.where(scores < 0, scores * penalty[:, None], scores / penalty[:, None])
     scores = model.codec0_logits(torch.where(seen, penalised, scores), None, made, 1.0, least)
-    code0 = sample_static(scores, settings, generator)
+    code0 = sample(scores, settings, generator)
     return code0, seen.scatter(1, code0[:, None], True), made + 1
 
 
@@ -379,7 +359,7 @@ class GraphCodePredictorStage(FrameStage):
         model, generator = self.model, self.generator
 
         def sampler(logits: torch.Tensor, group: int) -> torch.Tensor:
-            return sample_static(logits, settings, generator)
+            return sample(logits, settings, generator)
 
         def step() -> tuple[torch.Tensor, ...]:
             return (predict_static(model, buffers, sampler),)
