@@ -200,11 +200,15 @@ class GraphTalkerStage(TalkerStage):
             self.tables = SlotTables(self.model, cache.num_slots)
         return self.tables
 
-    def prefill(self, state: ARState, cache: SlotCache) -> StepOutput:
+    def prefill(self, states: list[ARState], cache: SlotCache) -> StepOutput:
         tables = self._tables(cache)
-        tables.join(state)
-        hidden, logits = self._forward(state.data["prompt"].embeds[None], cache)
-        rows = slice(state.slot, state.slot + 1)
+        for state in states:
+            tables.join(state)
+        hidden, logits = self._forward(
+            torch.stack([s.data["prompt"].embeds for s in states]), cache
+        )
+        slots = [s.slot for s in states]
+        rows = torch.tensor(slots, dtype=torch.long, device=cache.device)
         code0, seen, made = pick_code0(
             self.model,
             logits,
@@ -212,13 +216,12 @@ class GraphTalkerStage(TalkerStage):
             tables.made[rows],
             tables.penalty[rows],
             tables.least[rows],
-            tables.settings("", rows, [state.slot]),
+            tables.settings("", rows, slots),
             self.generator,
         )
         tables.seen[rows], tables.made[rows] = seen, made
-        return StepOutput(
-            tokens=code0[:, None], stop=code0 == self.model.codec_eos_id, hidden=hidden
-        )
+        stop = code0 == self.model.codec_eos_id
+        return StepOutput(tokens=code0[:, None], stop=stop, hidden=hidden)
 
     def _step_fn(self, cache: SlotCache, rows: int, keys: int, sampled: bool) -> Any:
         fn = self._fns.get((rows, keys, sampled))
