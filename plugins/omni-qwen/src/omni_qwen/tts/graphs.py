@@ -44,7 +44,6 @@ from omni_core import (
 )
 
 from .stages import Sampling, TalkerStage, sample
-from .talker import causal_mask
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Qwen3TTSModel
@@ -304,8 +303,6 @@ class _PredictorBuffers:
         self.temperature = torch.zeros(rows, dtype=torch.float32, device=device)
         self.top_k = torch.zeros(rows, dtype=torch.long, device=device)
         self.top_p = torch.ones(rows, dtype=torch.float32, device=device)
-        #: the causal mask of the first step's two inputs (additive, built once, eagerly)
-        self.first_mask = causal_mask(2, 2, device, model.dtype)
         self.cache = StaticKVCache(
             dims.num_hidden_layers,
             rows,
@@ -315,25 +312,6 @@ class _PredictorBuffers:
             model.dtype,
             device,
         )
-
-
-def predict_static(model: Qwen3TTSModel, buffers: _PredictorBuffers, sampler: Any) -> torch.Tensor:
-    """:meth:`Qwen3TTSModel.predict_codes` on the static buffers: the same steps, with the first
-    step's causal mask precomputed (building it would copy a host scalar to the device, which a
-    capture cannot do) and the short cache preallocated."""
-    predictor = model.talker.code_predictor
-    buffers.cache.reset()
-    inputs = torch.stack([buffers.hidden, model.talker.embed_codec(buffers.code0)], dim=1)
-    codes, position = [buffers.code0], 0
-    for group in range(1, predictor.num_groups):
-        mask = buffers.first_mask if group == 1 else None
-        logits = predictor.step(inputs, position, group, buffers.cache, mask)
-        position += inputs.shape[1]
-        code = sampler(logits, group)
-        codes.append(code)
-        if group < predictor.num_groups - 1:
-            inputs = predictor.model.codec_embedding[group - 1](code)[:, None]
-    return torch.stack(codes, dim=1)
 
 
 class GraphCodePredictorStage(FrameStage):
@@ -365,7 +343,11 @@ class GraphCodePredictorStage(FrameStage):
             return sample(logits, settings, generator)
 
         def step() -> tuple[torch.Tensor, ...]:
-            return (predict_static(model, buffers, sampler),)
+            buffers.cache.reset()
+            codes = model.predict_codes(
+                buffers.hidden, buffers.code0, sampler=sampler, cache=buffers.cache
+            )
+            return (codes,)
 
         self._fns[(rows, sampled)] = step
         return step
