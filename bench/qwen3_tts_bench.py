@@ -287,7 +287,16 @@ def bench_mode(omni: Any, mode: str, args: argparse.Namespace, sync: Any) -> dic
     finally:
         engine.stop()
     report = pipeline.decode_report()
-    print(f"graphs={mode}: decode path {report['path']}", flush=True)
+    print(
+        f"graphs={mode}: decode path {report['path']} (warm-up incl. any capture {warmup_s:.1f} s)",
+        flush=True,
+    )
+    for name, part in (report.get("stages") or {}).items():
+        print(
+            f"  {name}: {part['path']}, {part['captured']} graphs, {part['replays']} replays, "
+            f"{part['eager_calls']} eager calls; reason: {part['reason']}",
+            flush=True,
+        )
     out = {"decode_path": report, "warmup_s": warmup_s, "levels": levels}
     if args.profile:
         out["profile"] = [

@@ -26,6 +26,7 @@ codes equal the eager stages' and ``reference_generate``'s.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -47,6 +48,8 @@ from .stages import Sampling, TalkerStage, sample
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Qwen3TTSModel
+
+log = logging.getLogger("omni.qwen.tts")
 
 #: Cache positions reserved per slot before the first capture (grown later by key bucket).
 RESERVED_KEYS = 512
@@ -146,11 +149,19 @@ class SlotTables:
 def precapture(runner: GraphRunner, keys: list[Any], current: Any, make: Any) -> None:
     """Capture the graphs of ``keys`` (not ``current``: the caller runs it with real inputs);
     stops at the first failure (the runner is then eager)."""
+    import time
+
+    started, before = time.perf_counter(), runner.captured
     for key in keys:
         if not runner.capture:
-            return
+            break
         if key != current and not runner.has(key):
             runner.run(key, make(key))
+    if runner.captured > before:
+        took = time.perf_counter() - started
+        log.info(
+            "%s: captured %d CUDA graphs in %.2f s", runner.name, runner.captured - before, took
+        )
 
 
 class _SlotIndex:
