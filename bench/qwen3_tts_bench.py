@@ -26,6 +26,7 @@ whole-file codec) at batch 1 -- the JSON says which.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import os
@@ -178,11 +179,11 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 def run_level(
-    omni: Any, engine: Any, concurrency: int, frames: int, greedy: bool
+    omni: Any, engine: Any, concurrency: int, frames: int, greedy: bool, pipeline: Any = None
 ) -> dict[str, Any]:
     from omni_core.engine import Job
 
-    runtime = omni.pipeline.shared_runtime()
+    runtime = (pipeline or omni.pipeline).shared_runtime()
     steps, rows = runtime.steps, runtime.rows
     fields = {"voice": "aiden", "min_new_tokens": frames, "max_new_tokens": frames + 1}
     if greedy:
@@ -242,11 +243,138 @@ def run_reference(omni: Any, frames: int, sync: Any) -> dict[str, Any]:
     }
 
 
+def mode_pipeline(omni: Any, mode: str) -> Any:
+    """A fresh pipeline (its own runtime and cache) on the loaded model, ``cuda_graphs=mode``."""
+    from dataclasses import replace
+
+    pipeline = omni.pipeline
+    options = replace(pipeline.options, extra={**pipeline.options.extra, "cuda_graphs": mode})
+    fresh = type(pipeline)(pipeline.model, options)
+    fresh.spec = pipeline.spec
+    return fresh
+
+
+def bench_mode(omni: Any, mode: str, args: argparse.Namespace, sync: Any) -> dict[str, Any]:
+    """Every concurrency level with ``cuda_graphs=mode`` (then the ``--profile`` pass)."""
+    from omni_core.engine import Engine
+
+    pipeline = mode_pipeline(omni, mode)
+    top = max(args.concurrency)
+    engine = Engine(pipeline, name=f"qwen3-tts-{mode}", max_batch=top, max_queue=4 * top).start()
+    try:
+        t0 = time.perf_counter()
+        run_level(omni, engine, min(8, top), 8, args.greedy, pipeline)  # warm-up (+ capture)
+        warmup_s = time.perf_counter() - t0
+        levels = []
+        for concurrency in args.concurrency:
+            level = run_level(omni, engine, concurrency, args.frames, args.greedy, pipeline)
+            target = TARGETS.get(concurrency)
+            if target is not None:
+                level["target"] = {
+                    "ttfa_s": target[0],
+                    "rtf": target[1],
+                    "met": level["ttfa_s"]["mean"] <= target[0]
+                    and level["rtf"]["mean"] <= target[1],
+                }
+            levels.append(level)
+            print(
+                f"{pipeline.model.config.model_size} graphs={mode} c={concurrency:3d}: ttfa "
+                f"{level['ttfa_s']['mean'] * 1e3:8.1f} ms "
+                f"(p90 {level['ttfa_s']['p90'] * 1e3:.1f}), rtf {level['rtf']['mean']:.3f}, "
+                f"{level['mean_rows_per_step']:.1f} rows/step",
+                flush=True,
+            )
+    finally:
+        engine.stop()
+    report = pipeline.decode_report()
+    print(
+        f"graphs={mode}: decode path {report['path']} (warm-up incl. any capture {warmup_s:.1f} s)",
+        flush=True,
+    )
+    for name, part in (report.get("stages") or {}).items():
+        print(
+            f"  {name}: {part['path']}, {part['captured']} graphs, {part['replays']} replays, "
+            f"{part['eager_calls']} eager calls; reason: {part['reason']}",
+            flush=True,
+        )
+    out = {"decode_path": report, "warmup_s": warmup_s, "levels": levels}
+    if args.profile:
+        out["profile"] = [
+            profile_level(omni, mode, c, args, sync) for c in args.profile if c <= top
+        ]
+    return out
+
+
+def profile_level(
+    omni: Any, mode: str, concurrency: int, args: argparse.Namespace, sync: Any
+) -> dict[str, Any]:
+    """Per-stage time of one level (a separate, untimed pass: every stage call is wrapped in
+    device synchronisations, so its wall time is its own; host work is the rest of the step)."""
+    from omni_core.engine import Engine
+
+    pipeline = mode_pipeline(omni, mode)
+    runtime = pipeline.shared_runtime()
+    stages = runtime.stages
+    spent: dict[str, float] = {}
+    calls: dict[str, int] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            sync()
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                sync()
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+                calls[name] = calls.get(name, 0) + 1
+
+        return wrapper
+
+    stages.decoder.decode = timed("talker_step", stages.decoder.decode)
+    stages.decoder.prefill = timed("talker_prefill", stages.decoder.prefill)
+    for i, stage in enumerate(stages.frame_stages):
+        stage.run = timed("code_predictor" if i == 0 else f"frame_stage_{i}", stage.run)
+    stages.codec.decode = timed("codec_chunk", stages.codec.decode)
+    runtime.step = timed("step", runtime.step)
+    engine = Engine(pipeline, name=f"qwen3-tts-profile-{mode}", max_batch=concurrency).start()
+    try:
+        run_level(omni, engine, concurrency, 8, args.greedy, pipeline)  # warm-up (+ capture)
+        spent.clear()
+        calls.clear()
+        level = run_level(omni, engine, concurrency, args.frames, args.greedy, pipeline)
+    finally:
+        engine.stop()
+    steps = max(calls.get("step", 1), 1)
+    inner = sum(v for k, v in spent.items() if k != "step")
+    stages_ms = {
+        k: {
+            "total_ms": v * 1e3,
+            "calls": calls[k],
+            "ms_per_call": v * 1e3 / calls[k],
+            "ms_per_step": v * 1e3 / steps,
+        }
+        for k, v in spent.items()
+        if k != "step"
+    }
+    host = spent.get("step", 0.0) - inner
+    stages_ms["host_work"] = {"total_ms": host * 1e3, "ms_per_step": host * 1e3 / steps}
+    summary = ", ".join(f"{k} {v['ms_per_step']:.2f}" for k, v in stages_ms.items())
+    print(f"profile graphs={mode} c={concurrency}: ms/step: {summary}", flush=True)
+    return {
+        "concurrency": concurrency,
+        "steps": steps,
+        "step_ms": spent.get("step", 0.0) * 1e3 / steps,
+        "stages": stages_ms,
+        "rtf_with_syncs": level["rtf"]["mean"],
+        "decode_path": pipeline.decode_report()["path"],
+    }
+
+
 def bench_size(size: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     import torch
 
     from omni_core import Omni
-    from omni_core.engine import Engine
 
     cuda = torch.cuda.is_available() and not args.cpu
     device = "cuda" if cuda else "cpu"
@@ -268,40 +396,20 @@ def bench_size(size: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
     sync()
     load_s = time.perf_counter() - t0
     params = sum(p.numel() for p in omni.pipeline.model.parameters())
-    engine = Engine(
-        omni.pipeline,
-        name=f"qwen3-tts-{size}",
-        max_batch=max(args.concurrency),
-        max_queue=4 * max(args.concurrency),
-    ).start()
-    try:
-        run_level(omni, engine, min(8, max(args.concurrency)), 8, args.greedy)  # warm-up
-        levels = []
-        for concurrency in args.concurrency:
-            level = run_level(omni, engine, concurrency, args.frames, args.greedy)
-            target = TARGETS.get(concurrency)
-            if target is not None:
-                level["target"] = {
-                    "ttfa_s": target[0],
-                    "rtf": target[1],
-                    "met": level["ttfa_s"]["mean"] <= target[0]
-                    and level["rtf"]["mean"] <= target[1],
-                }
-            levels.append(level)
-            print(
-                f"{size} c={concurrency:3d}: ttfa {level['ttfa_s']['mean'] * 1e3:8.1f} ms "
-                f"(p90 {level['ttfa_s']['p90'] * 1e3:.1f}), rtf {level['rtf']['mean']:.3f}, "
-                f"{level['mean_rows_per_step']:.1f} rows/step",
-                flush=True,
-            )
-        reference = run_reference(omni, args.frames, sync)
-        print(
-            f"{size} reference: first audio {reference['ttfa_s'] * 1e3:.1f} ms, "
-            f"rtf {reference['rtf']:.3f}",
-            flush=True,
-        )
-    finally:
-        engine.stop()
+    modes = {}
+    for mode in args.graphs:
+        modes[mode] = bench_mode(omni, mode, args, sync)
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+    reference = run_reference(omni, args.frames, sync)
+    print(
+        f"{size} reference: first audio {reference['ttfa_s'] * 1e3:.1f} ms, "
+        f"rtf {reference['rtf']:.3f}",
+        flush=True,
+    )
+    main_mode = "on" if "on" in modes else args.graphs[0]
+    levels = modes[main_mode]["levels"]
     peak = torch.cuda.max_memory_allocated() if cuda else None
     del omni
     return {
@@ -314,6 +422,8 @@ def bench_size(size: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         "load_s": load_s,
         "peak_memory_bytes": peak,
         "levels": levels,
+        "levels_are_graphs": main_mode,
+        "graphs": modes,
         "reference": reference,
     }
 
@@ -329,9 +439,19 @@ def main() -> int:
     parser.add_argument("--first-chunk-frames", type=int, default=2)
     parser.add_argument("--chunk-frames", type=int, default=8)
     parser.add_argument("--cpu", action="store_true")
+    parser.add_argument(
+        "--graphs", default="off,on", help="cuda_graphs modes to measure (off, on, static)"
+    )
+    parser.add_argument(
+        "--profile",
+        default="",
+        help="concurrency levels of an extra per-stage pass (synchronised, untimed), e.g. 1,8",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    args.graphs = [g.strip().lower() for g in args.graphs.split(",") if g.strip()]
+    args.profile = [int(c) for c in args.profile.split(",") if c.strip()]
     sizes = ["tiny"] if args.tiny else [s.strip().lower() for s in args.sizes.split(",")]
     import torch
     import transformers

@@ -67,6 +67,13 @@ _LAZY: dict[str, str] = {
     "AutoregressiveSpeechPipeline": (
         "omni_core.autoregressive.pipeline:AutoregressiveSpeechPipeline"
     ),
+    # static-shape decode steps replayed as CUDA graphs
+    "GraphRunner": "omni_core.autoregressive.graphs:GraphRunner",
+    "StaticSlotView": "omni_core.autoregressive.graphs:StaticSlotView",
+    "StaticKVCache": "omni_core.autoregressive.graphs:StaticKVCache",
+    "bucket_for": "omni_core.autoregressive.graphs:bucket_for",
+    "batch_buckets": "omni_core.autoregressive.graphs:batch_buckets",
+    "key_bucket": "omni_core.autoregressive.graphs:key_bucket",
     # building blocks for pipelines
     "ScheduleTable": "omni_core.pipelines.schedule:ScheduleTable",
     "route_attention": "omni_core.pipelines.diffusers_attention:route_attention",
@@ -135,6 +142,14 @@ if TYPE_CHECKING:  # pragma: no cover
         StepOutput,
     )
     from omni_core.autoregressive.cache import SlotCache
+    from omni_core.autoregressive.graphs import (
+        GraphRunner,
+        StaticKVCache,
+        StaticSlotView,
+        batch_buckets,
+        bucket_for,
+        key_bucket,
+    )
     from omni_core.benchmark import Workload
     from omni_core.denoisers import DenoiserAdapter, SequencePlan
     from omni_core.distributed.parallelize import parallelize_denoiser
@@ -220,6 +235,7 @@ __all__ = [
     "FrameStage",
     "GenerationRequest",
     "GenerationResult",
+    "GraphRunner",
     "InvalidRequestError",
     "LoraRef",
     "ModelNotFoundError",
@@ -247,6 +263,8 @@ __all__ = [
     "SpeechStages",
     "SpeechStream",
     "StagedPipeline",
+    "StaticKVCache",
+    "StaticSlotView",
     "StepOutput",
     "StorageConfig",
     "StreamingSpeechPipeline",
@@ -257,10 +275,13 @@ __all__ = [
     "activation_bytes",
     "apply_acceleration",
     "apply_offload",
+    "batch_buckets",
+    "bucket_for",
     "cache_key",
     "create_app",
     "dtype_kwargs",
     "hookimpl",
+    "key_bucket",
     "load_device",
     "parallelize_denoiser",
     "resolve_model_path",

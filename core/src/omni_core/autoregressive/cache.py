@@ -173,6 +173,41 @@ class SlotCache(Cache):
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return max((self.host_lengths[s] for s in self._slots), default=0)
 
+    # -- static-shape steps (omni_core.autoregressive.graphs) --------------------------------
+
+    def storage(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``layer_idx``'s whole key and value storage ``[slots, heads, positions, dim]``."""
+        return self._keys[layer_idx], self._values[layer_idx]
+
+    def reserve(
+        self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, slots: int, length: int
+    ) -> None:
+        """Grow every layer's storage now to at least ``slots`` x ``length`` (capped at the
+        limits), so that captured steps keep reading the same tensors."""
+        import torch
+
+        slots, length = min(slots, self.num_slots), min(length, self.max_len)
+        for layer in range(layers):
+            old_keys = self._keys.get(layer)
+            have = (0, 0) if old_keys is None else (old_keys.shape[0], old_keys.shape[2])
+            if have[0] >= slots and have[1] >= length:
+                continue
+            shape = (max(slots, have[0]), kv_heads, max(length, have[1]), head_dim)
+            grown = []
+            for old in (old_keys, self._values.get(layer)):
+                new = torch.zeros(
+                    shape, dtype=dtype if old is None else old.dtype, device=self.device
+                )
+                if old is not None:
+                    new[: old.shape[0], :, : old.shape[2]] = old
+                grown.append(new)
+            self._keys[layer], self._values[layer] = grown
+
+    def storage_key(self) -> tuple[int, ...]:
+        """Changes whenever storage is reallocated (captured steps must then be recaptured)."""
+        keys = self._keys.get(0)
+        return () if keys is None else (keys.data_ptr(), *keys.shape)
+
     def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
         return self._view_len(), 0
 

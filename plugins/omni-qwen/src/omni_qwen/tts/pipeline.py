@@ -26,6 +26,7 @@ from omni_core import (
     ARState,
     AutoregressiveSpeechPipeline,
     ChunkSchedule,
+    ConfigError,
     GenerationRequest,
     InvalidRequestError,
     PipelineOptions,
@@ -62,6 +63,14 @@ class Qwen3TTSExtras(BaseModel):
     non_streaming_mode: bool | None = Field(None, description="Feed the whole text at prefill.")
 
 
+def _graphs_mode(value: Any) -> str:
+    text = str(value).strip().lower()
+    modes = {"on": "on", "true": "on", "1": "on", "off": "off", "false": "off", "0": "off"}
+    if text == "static" or text in modes:
+        return modes.get(text, "static")
+    raise ConfigError(f"cuda_graphs={value!r}: expected on, off or static")
+
+
 def _input_error(exc: Exception) -> InvalidRequestError:
     text = str(exc)
     param = "input"
@@ -84,6 +93,8 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
         "first_chunk_frames": "frames in the first streamed chunk (default 2: first audio early)",
         "chunk_frames": "frames in each later chunk (default 8)",
         "max_len": "cache positions per request, prompt + frames (default 4096)",
+        "cuda_graphs": "on (default): static decode steps replayed as CUDA graphs on CUDA; "
+        "off: the eager stages; static: the static steps without capture",
     }
 
     def __init__(self, model: Any, options: PipelineOptions) -> None:
@@ -96,6 +107,7 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
             first=int(extra.get("first_chunk_frames", 2)), rest=int(extra.get("chunk_frames", 8))
         )
         self.max_len = int(extra.get("max_len", 4096))
+        self.cuda_graphs = _graphs_mode(extra.get("cuda_graphs", "on"))
 
     @classmethod
     def from_pretrained(cls, path: Path, options: PipelineOptions) -> Qwen3TTSPipeline:
@@ -200,16 +212,25 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
     # -- the runtime ---------------------------------------------------------------------------
 
     def stages(self) -> SpeechStages:
-        from .stages import CodecStage, CodePredictorStage, TalkerStage
+        from .graphs import decode_stages
+        from .stages import CodecStage
 
         model = self.model
+        decoder, predictor = self._decode = decode_stages(model, self.cuda_graphs)
         return SpeechStages(
-            decoder=TalkerStage(model),
-            frame_stages=(CodePredictorStage(model),),
+            decoder=decoder,
+            frame_stages=(predictor,),
             codec=CodecStage(model),
             schedule=self.schedule,
             max_len=self.max_len,
         )
+
+    def decode_report(self) -> dict[str, Any]:
+        """Which decode path ran (``cuda-graphs``, ``static``, ``static (fallback)`` with the
+        reason, or ``eager``) and its graph counters, per stage; benchmarks record it."""
+        from .graphs import decode_report
+
+        return decode_report(self.cuda_graphs, getattr(self, "_decode", None))
 
     def _setting(self, extras: dict[str, Any], name: str, default: Any) -> Any:
         value = extras.get(name)

@@ -76,9 +76,11 @@ def sample(
     probs = ordered.softmax(-1)
     keep = (ranks < k[:, None]) & ((probs.cumsum(-1) - probs) < settings.top_p[:, None])
     keep[:, 0] = True
-    ordered = ordered.masked_fill(~keep, float("-inf"))
-    choice = torch.multinomial(ordered.softmax(-1), 1, generator=generator)
-    sampled = index.gather(-1, choice)[:, 0]
+    weights = ordered.masked_fill(~keep, float("-inf")).softmax(-1)
+    # multinomial's own one-sample draw (argmax of p / Exp(1) noise: the same token from the
+    # same generator) without its host-side check, so a CUDA graph can capture it
+    noise = torch.empty_like(weights).exponential_(1, generator=generator)
+    sampled = index.gather(-1, (weights / noise).argmax(-1, keepdim=True))[:, 0]
     return torch.where(settings.temperature > 0, sampled, greedy)
 
 

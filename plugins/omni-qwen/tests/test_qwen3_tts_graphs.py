@@ -1,0 +1,204 @@
+"""Qwen3-TTS's static-shape decode path (``cuda_graphs``; on CPU it runs without capture): greedy
+codes equal the eager stages' and ``reference_generate``'s with requests joining and leaving
+between steps and batches padded to buckets; sampling draws what the eager stages draw from the
+same generator state (padded rows draw too, so whole sampled requests are equal in
+distribution, not draw for draw); the load option is checked; the pipeline reports its path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from omni_core import ConfigError, Omni
+
+GREEDY = {"temperature": 0, "max_new_tokens": 24}
+TEXTS = [
+    "Hello there, how are you?",
+    "A second and longer sentence to speak today.",
+    "Hi!",
+    "Four requests at once make a padded bucket of four rows.",
+    "And a fifth one joins late.",
+]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory):
+    from omni_qwen.tts import build_tiny_qwen3_tts
+
+    return build_tiny_qwen3_tts(tmp_path_factory.mktemp("qwen3-tts-graphs") / "cv", "custom_voice")
+
+
+@pytest.fixture(scope="module")
+def static(checkpoint) -> Omni:
+    return Omni(checkpoint, device="cpu", cuda_graphs="static")
+
+
+@pytest.fixture(scope="module")
+def eager(checkpoint) -> Omni:
+    return Omni(checkpoint, device="cpu", cuda_graphs="off")
+
+
+def _interleaved(omni: Omni, requests: list[dict], join_every: int = 1) -> list:
+    """Open a request every ``join_every`` steps; step until every stream ends."""
+    pipeline = omni.pipeline
+    runtime = pipeline.shared_runtime()
+    pending = [pipeline.validate(omni.request(**r)) for r in requests]
+    streams, step = [], 0
+    while pending or not all(s.done for s in streams):
+        if pending and step % join_every == 0:
+            streams.append(pipeline.open(pending.pop(0)))
+        runtime.step()
+        step += 1
+    for stream in streams:
+        assert stream.error is None, stream.error
+    return streams
+
+
+def _assert_reference(omni: Omni, requests: list[dict], streams: list) -> None:
+    from omni_qwen.tts import reference_generate
+
+    for request, stream in zip(requests, streams, strict=True):
+        ref = reference_generate(
+            omni.pipeline.model,
+            request["prompt"],
+            speaker=request["voice"],
+            max_new_tokens=request["max_new_tokens"],
+        )
+        assert torch.equal(stream.all_codes().cpu(), ref.codes)
+
+
+def _requests(omni: Omni, budgets: list[int]) -> list[dict]:
+    speakers = omni.pipeline.model.speakers
+    return [
+        {
+            "prompt": TEXTS[i],
+            "voice": speakers[i % len(speakers)],
+            "temperature": 0,
+            "max_new_tokens": budget,
+        }
+        for i, budget in enumerate(budgets)
+    ]
+
+
+def test_static_path_greedy_codes_equal_reference_with_joins_and_leaves(static) -> None:
+    # budgets differ: rows leave at different steps; joins every 3 steps: slots 0..4 in use,
+    # batches of 1..5 rows padded to buckets 1, 2, 4, 8 (of the 64 slots)
+    requests = _requests(static, [24, 9, 30, 14, 20])
+    streams = _interleaved(static, requests, join_every=3)
+    _assert_reference(static, requests, streams)
+    report = static.pipeline.decode_report()
+    assert report["path"] == "static"
+    talker = report["stages"]["talker"]
+    assert talker["eager_calls"] > 0 and talker["replays"] == 0
+
+
+def test_static_path_equals_eager_stages_when_a_slot_frees_in_the_middle(static, eager) -> None:
+    """A short request leaves while others go on; a new one takes its (lower) slot."""
+    requests = _requests(static, [20, 5, 20, 16])
+    got = [s.all_codes() for s in _interleaved(static, requests, join_every=4)]
+    want = [s.all_codes() for s in _interleaved(eager, requests, join_every=4)]
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    assert eager.pipeline.decode_report()["path"] == "eager"
+
+
+def test_the_graph_safe_draw_is_multinomials(checkpoint) -> None:
+    """Same generator state, same tokens as ``torch.multinomial`` after the same filtering."""
+    from omni_qwen.tts.stages import Sampling, sample
+
+    logits = torch.randn(6, 97, generator=torch.Generator().manual_seed(1))
+    temperature = torch.tensor([0.9, 0.0, 1.3, 0.7, 0.5, 1.0])
+    top_k = torch.tensor([50, 0, 5, 0, 1, 97])
+    top_p = torch.tensor([1.0, 1.0, 0.8, 0.5, 1.0, 0.95])
+    settings = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, any=True)
+
+    def oracle(generator: torch.Generator) -> torch.Tensor:
+        ordered, index = (logits / temperature.clamp(min=1e-5)[:, None]).sort(-1, descending=True)
+        probs = ordered.softmax(-1)
+        ranks = torch.arange(97)[None]
+        k = torch.where(top_k > 0, top_k, 97)[:, None]
+        keep = (ranks < k) & ((probs.cumsum(-1) - probs) < top_p[:, None])
+        keep[:, 0] = True
+        weights = ordered.masked_fill(~keep, float("-inf")).softmax(-1)
+        drawn = index.gather(-1, torch.multinomial(weights, 1, generator=generator))[:, 0]
+        return torch.where(temperature > 0, drawn, logits.argmax(-1))
+
+    for seed in range(5):
+        got = sample(logits, settings, torch.Generator().manual_seed(seed))
+        assert torch.equal(got, oracle(torch.Generator().manual_seed(seed)))
+
+
+def test_cuda_graphs_option_is_checked_and_defaults_to_eager_off_cuda(checkpoint) -> None:
+    with pytest.raises(ConfigError, match="cuda_graphs"):
+        Omni(checkpoint, device="cpu", cuda_graphs="sometimes")
+    default = Omni(checkpoint, device="cpu")
+    assert default.pipeline.decode_report()["path"] == "not built yet"
+    list(default.stream(TEXTS[2], **GREEDY))
+    assert default.pipeline.decode_report() == {
+        "cuda_graphs": "on",
+        "path": "eager",
+        "stages": None,
+    }
+
+
+def test_static_path_crosses_key_buckets(checkpoint, eager, monkeypatch) -> None:
+    """Rows grow across key buckets (here 32 -> 64 -> 128 keys) while a short one leaves: the
+    steps are rebuilt at each width; codes still equal the eager stages'."""
+    from omni_core import bucket_for
+    from omni_qwen.tts import graphs
+
+    monkeypatch.setattr(graphs, "key_bucket", lambda n: bucket_for(n, (32,)))
+    omni = Omni(checkpoint, device="cpu", cuda_graphs="static")
+    requests = _requests(omni, [70, 12])
+    requests[0]["min_new_tokens"] = 65  # no early end of speech
+    got = [s.all_codes() for s in _interleaved(omni, requests, join_every=1)]
+    want = [s.all_codes() for s in _interleaved(eager, requests, join_every=1)]
+    assert got[0].shape[1] >= 65
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    talker = omni.pipeline.shared_runtime().stages.decoder
+    assert {key[1] for key in talker._fns} >= {64, 128}
+
+
+class _EmulatedGraph:
+    """What a captured graph does, on CPU: replay reruns the step into the same outputs."""
+
+    def __init__(self, fn, outputs) -> None:
+        self.fn, self.outputs = fn, outputs
+
+    def replay(self) -> None:
+        for mine, new in zip(self.outputs, self.fn(), strict=True):
+            mine.copy_(new)
+
+
+def _emulate_capture(runner) -> None:
+    """Make ``runner`` take its capture path on CPU: warm-up calls (their side effects
+    included), a stored step whose outputs a replay overwrites, clones handed out."""
+
+    def capture(key, fn):
+        for _ in range(runner.warmup + 1):  # the warm-up runs and the capture's own run
+            outputs = runner._checked(fn())
+        runner._graphs[key] = (_EmulatedGraph(fn, outputs), outputs)
+        runner.captured += 1
+        return runner._graphs[key]
+
+    runner.capture = True
+    runner._capture = capture
+
+
+def test_the_capture_path_emulated_on_cpu_gives_the_reference_codes(checkpoint) -> None:
+    """Every batch bucket captured at the first step (on stale inputs, warm-up calls repeated),
+    replays overwriting their outputs: codes still equal reference_generate."""
+    omni = Omni(checkpoint, device="cpu", cuda_graphs="static")
+    stages = omni.pipeline.shared_runtime().stages
+    for runner in (stages.decoder.runner, stages.frame_stages[0].runner):
+        _emulate_capture(runner)
+    requests = _requests(omni, [20, 8, 16])
+    streams = _interleaved(omni, requests, join_every=2)
+    _assert_reference(omni, requests, streams)
+    report = omni.pipeline.decode_report()
+    assert report["path"] == "cuda-graphs"
+    talker, predictor = report["stages"]["talker"], report["stages"]["code_predictor"]
+    # buckets 1..64 in both sampling modes at the first step
+    assert talker["captured"] == 14 and predictor["captured"] == 14
+    assert talker["replays"] > 0 and talker["eager_calls"] == 0
