@@ -11,29 +11,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psutil
 import pytest
 
+from omni_core.testing.services import wait_until
+
 WARMUP = json.dumps({"width": 32, "height": 32, "num_frames": 5, "num_inference_steps": 2})
-
-
-def _until(predicate: Callable[[], Any], timeout: float, what: str, log: Path) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except httpx.HTTPError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not happen in {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 
 
 def test_serve_cfg_parallel_workers(checkpoints, tmp_path: Path) -> None:
@@ -56,7 +42,7 @@ def test_serve_cfg_parallel_workers(checkpoints, tmp_path: Path) -> None:
     proc = subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT)
     server = psutil.Process(proc.pid)
     try:
-        _until(lambda: httpx.get(f"{url}/health").status_code == 200, 300, "health 200", log)
+        wait_until("health 200", lambda: httpx.get(f"{url}/health").status_code == 200, log, 300)
         workers = [p for p in server.children(recursive=True) if p.is_running()]
         assert len([p for p in workers if "python" in p.name().lower()]) >= 2, workers
         with httpx.Client(base_url=url, timeout=60) as client:
@@ -65,16 +51,18 @@ def test_serve_cfg_parallel_workers(checkpoints, tmp_path: Path) -> None:
                 json={"model": "wan", "prompt": "a fox", "size": "32x32", "num_frames": 5,
                       "num_inference_steps": 2, "seed": 1},
             ).json()  # fmt: skip
-            done = _until(
+            done = wait_until(
+                "the parallel job",
                 lambda: client.get(f"/v1/videos/{job['id']}").json()["status"] == "completed",
-                180, "the parallel job", log,
+                log, 180,
             )  # fmt: skip
             assert done
             assert client.get(f"/v1/videos/{job['id']}/content").content[4:8] == b"ftyp"
             workers[-1].kill()  # one rank dies
-            unhealthy = _until(
+            unhealthy = wait_until(
+                "health 503 after a worker died",
                 lambda: (r := client.get("/health")).status_code == 503 and r.json(),
-                60, "health 503 after a worker died", log,
+                log, 60,
             )  # fmt: skip
             assert unhealthy["models"]["wan"] == "failed"
             assert unhealthy["errors"]["wan"], unhealthy
