@@ -156,11 +156,11 @@ TABLES: dict[str, dict[str, Rule]] = {
         "task_type": Rule(
             "ignore",
             accept=lambda v: v in (None, "CustomVoice", "custom_voice"),
-            why="omni's speech models speak preset voices (CustomVoice); voice design and "
-            "voice cloning are not supported",
+            why="this model speaks preset voices (CustomVoice); voice design and voice "
+            "cloning need a model that declares them",
         ),
-        "ref_audio": Rule("refuse", why="voice cloning from reference audio is not supported"),
-        "ref_text": Rule("refuse", why="voice cloning from reference audio is not supported"),
+        "ref_audio": Rule("refuse", why="this model does not clone voices from reference audio"),
+        "ref_text": Rule("refuse", why="this model does not clone voices from reference audio"),
         "max_new_tokens": Rule("ignore", why="a token budget of autoregressive TTS models"),
         "initial_codec_chunk_frames": Rule("ignore", why=_INTERNAL),
         "instructions": Rule("ignore", why="the served voices take no style instructions"),
