@@ -20,6 +20,7 @@ from omni_core.serving import compat, media
 from omni_core.serving.errors import APIError, invalid
 from omni_core.serving.http import (
     FORM_TYPES,
+    await_job,
     diffusion_fields,
     form_fields,
     form_files,
@@ -153,16 +154,15 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         )
         return served, body, fields, images, seconds, gen
 
+    video_body = body_spec(  # POST /videos and /videos/sync take the same body
+        VideoBody, multipart=True, json_body=True, files={"input_reference": False},
+        model_ids=state.models,
+    )  # fmt: skip
+
     @router.post(
         "/videos",
         summary="Create a video job",
-        openapi_extra=body_spec(
-            VideoBody,
-            multipart=True,
-            json_body=True,
-            files={"input_reference": False},
-            model_ids=state.models,
-        ),
+        openapi_extra=video_body,
     )
     async def create_video(request: Request) -> JSONResponse:
         job_id = f"video_{uuid.uuid4().hex}"
@@ -207,13 +207,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         "/videos/sync",
         summary="Generate a video and answer with the MP4 (vLLM-Omni's synchronous path)",
         response_class=Response,
-        openapi_extra=body_spec(
-            VideoBody,
-            multipart=True,
-            json_body=True,
-            files={"input_reference": False},
-            model_ids=state.models,
-        ),
+        openapi_extra=video_body,
     )
     async def create_video_sync(request: Request) -> Response:
         """A video job like ``POST /videos`` (persisted, listed, its id in ``X-Omni-Video-Id``,
@@ -221,15 +215,26 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         leaves cancels it."""
         job_id = f"video_{uuid.uuid4().hex}"
         request.state.request_id = job_id
-        await accept(request, job_id)
+        accepted = await accept(request, job_id)
         store, outputs = state.store, state.outputs
         assert store is not None and outputs is not None
+        job, served = state.jobs.get(job_id), state.models.get(accepted.model)
+        if job is not None and served is not None:
+            # Running here: wait on the engine (a disconnect cancels it), not on the store.
+            try:
+                await await_job(served, job, request)
+            except APIError:
+                pass  # the failure is recorded in the store and answered below
+        # Then (or when another server runs it) read the store until the job is over; looks
+        # back off to 0.5 s, so a long job elsewhere costs two reads a second.
+        delay = 0.05
         record = await asyncio.to_thread(store.get, job_id)
         while record is not None and record.status not in TERMINAL:
             if await request.is_disconnected():
                 await cancel(record)
                 raise asyncio.CancelledError  # nobody is left to answer
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(delay)
+            delay = min(0.5, delay * 2)
             record = await asyncio.to_thread(store.get, job_id)
         if record is None or record.status != "completed" or not record.output_path:
             error = (record.error if record is not None else None) or {}
