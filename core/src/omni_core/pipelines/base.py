@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -103,6 +103,17 @@ class GenerationRequest(BaseModel):
     reference: ReferenceVoice | None = Field(
         None, description="Speech: a voice to clone (reference audio or an uploaded voice)."
     )
+    # chat (text and omni models): the conversation, decoded (omni_core.chat.ChatMessage)
+    messages: list[Any] = Field(
+        default_factory=list, description="Chat: the conversation (ChatMessage objects)."
+    )
+    modalities: tuple[Literal["text", "audio"], ...] = Field(
+        ("text",), description="Chat: what the answer holds."
+    )
+    max_tokens: int | None = Field(None, ge=1, le=32768, description="Chat: answer tokens.")
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="Chat: 0 is greedy.")
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0, le=100000, description="Chat: 0 keeps every token.")
     extras: dict[str, Any] = Field(default_factory=dict)
     request_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -131,6 +142,7 @@ class GenerationResult:
     video: np.ndarray | None = None  # frames x H x W x 3, uint8
     fps: int | None = None
     audio: np.ndarray | None = None  # float32 mono PCM in [-1, 1]
+    text: str | None = None  # a chat answer's text
     sample_rate: int | None = None
     timings: dict[str, float] = field(default_factory=dict)
     peak_memory_bytes: int | None = None
