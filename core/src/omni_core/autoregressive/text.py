@@ -204,6 +204,6 @@ class TextStages:
     #: The talker side; None: a text-only model (or one loaded without its talker).
     speech: SpeechFollower | None = None
     #: When token ids are read back and text deltas handed out.
-    schedule: ChunkSchedule = ChunkSchedule(first=1, rest=4)
+    schedule: ChunkSchedule = field(default_factory=lambda: ChunkSchedule(first=1, rest=4))
     #: Longest request (prompt + answer) the thinker's cache holds.
     max_len: int = 4096
