@@ -149,7 +149,7 @@ def _state(
         request=GenerationRequest(prompt="x"),
         data={"prompt": torch.tensor(prompt), "sampling": Sampling(**sampling).seeded()},  # type: ignore[arg-type]
         max_tokens=max_tokens,
-        wants_audio=audio,
+        with_audio=audio,
     )
 
 

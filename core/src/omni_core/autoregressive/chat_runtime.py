@@ -97,7 +97,7 @@ class ChatStream(Iterator[ChatDelta]):
 
     @property
     def audio_pending(self) -> bool:
-        return self.state.wants_audio and not (self.speech is not None and self.speech.finished)
+        return self.state.with_audio and not (self.speech is not None and self.speech.finished)
 
 
 class ChatRuntime:
@@ -137,7 +137,7 @@ class ChatRuntime:
         """Queue ``state``; it joins at the next step with a free slot."""
         from omni_core.errors import InvalidRequestError
 
-        if state.wants_audio and self.talker is None:
+        if state.with_audio and self.talker is None:
             raise InvalidRequestError(
                 "modalities: this model was loaded without its talker; it answers text only",
                 param="modalities",
@@ -334,7 +334,7 @@ class ChatRuntime:
         lead = self.stages.speech.lead
         for stream in self._active:
             state = stream.state
-            if not state.wants_audio or stream.speech is not None:
+            if not state.with_audio or stream.speech is not None:
                 continue
             if state.tokens < lead and not stream.text_done:
                 continue

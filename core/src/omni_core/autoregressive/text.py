@@ -54,7 +54,7 @@ class TextState:
     #: Tokens the answer may have at most (``max_tokens``).
     max_tokens: int = 512
     #: True when the request asked for audio (and the pipeline has a follower).
-    wants_audio: bool = False
+    with_audio: bool = False
     #: Tokens of the prompt (reported as ``usage.prompt_tokens``; set by ``prepare``).
     prompt_tokens: int = 0
     #: Set by the runtime: the cache slot (also the request's row of the reply buffer) and
