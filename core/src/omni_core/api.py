@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from omni_core import chat_api
 from omni_core.config import (
     AttentionConfig,
     CacheConfig,
@@ -288,6 +289,8 @@ class Omni:
     def close(self) -> None:
         """Stop parallel workers, if any (idempotent; a local pipeline needs nothing)."""
         self.pipeline.close()
+
+    chat, chat_stream = chat_api.chat, chat_api.chat_stream  # conversations: chat models
 
     def __enter__(self) -> Omni:
         return self
