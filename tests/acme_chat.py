@@ -361,17 +361,17 @@ def build_tiny_chat(path: Path, *, talker: bool = False, seed: int = 0) -> Path:
     return path
 
 
-class AcmeChatPlugin:
-    @hookimpl
-    def omni_register_pipelines(self, register: Callable[[PipelineSpec], None]) -> None:
-        register(
-            PipelineSpec(
-                name="acme-chat",
-                implementation=f"{__name__}:AcmeChatPipeline",
-                tasks=("chat",),
-                architectures=("Qwen2ForCausalLM",),
-                capabilities=PipelineCapabilities(streaming=True, step_batching=True),
-                description="A tiny chat model (and omni model, with its talker) on omni's "
-                "chat runtime.",
-            )
+@hookimpl
+def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
+    """The plugin's one hook (this module is the plugin object: an entry point names it)."""
+    register(
+        PipelineSpec(
+            name="acme-chat",
+            implementation=f"{__name__}:AcmeChatPipeline",
+            tasks=("chat",),
+            architectures=("Qwen2ForCausalLM",),
+            capabilities=PipelineCapabilities(streaming=True, step_batching=True),
+            description="A tiny chat model (and omni model, with its talker) on omni's "
+            "chat runtime.",
         )
+    )

@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -31,6 +33,34 @@ def acme_chat() -> ModuleType:
 
 
 @pytest.fixture(scope="session")
+def acme_ar_tts() -> ModuleType:
+    return plugin_module("acme_ar_tts")
+
+
+def _cancel_running(pipeline: Any, request: Any) -> None:
+    from omni_core.engine import Engine, Job, RequestCancelledError
+
+    engine = Engine(pipeline, name="cancel", max_batch=4).start()
+    try:
+        started = threading.Event()
+        job = engine.submit(Job(request, on_chunk=lambda piece: started.set()))
+        assert started.wait(30)
+        engine.cancel(job, "stop")
+        with pytest.raises(RequestCancelledError):
+            job.future.result(30)
+    finally:
+        engine.stop()
+    assert pipeline.shared_runtime().open_streams == 0
+
+
+@pytest.fixture(scope="session")
+def cancel_running() -> Callable[[Any, Any], None]:
+    """``cancel_running(pipeline, request)``: an engine runs the validated ``request``; once its
+    first piece is out the job is cancelled; it must end cancelled, its runtime empty."""
+    return _cancel_running
+
+
+@pytest.fixture(scope="session")
 def with_chat_plugin(acme_chat: ModuleType) -> Callable[[], AbstractContextManager[object]]:
     """``with with_chat_plugin():`` the process-wide plugin host is the installed plugins plus
     acme-chat (models load through it); the previous host comes back after the block."""
@@ -40,7 +70,7 @@ def with_chat_plugin(acme_chat: ModuleType) -> Callable[[], AbstractContextManag
         from omni_core.plugins import PluginHost, set_host
 
         host = PluginHost()
-        host.register_object("omni-acme-chat", acme_chat.AcmeChatPlugin())
+        host.register_object("omni-acme-chat", acme_chat)
         previous = set_host(host)
         try:
             yield host

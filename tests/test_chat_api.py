@@ -9,7 +9,6 @@ deltas concatenating to the whole answer, concurrent answers equal to each alone
 from __future__ import annotations
 
 import ast
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -129,24 +128,10 @@ def test_engine_answers_concurrent_requests_as_each_alone(models) -> None:
     assert runtime.open_streams == 0
 
 
-def test_engine_cancels_a_running_answer(models) -> None:
-    from omni_core.engine import RequestCancelledError
-
-    omni = models.omni
-    engine = Engine(omni.pipeline, name="acme-chat-cancel", max_batch=2).start()
-    try:
-        started = threading.Event()
-        request = omni.pipeline.validate(
-            omni.request(messages=_turn("talk"), max_tokens=200, modalities=("text", "audio"))
-        )
-        job = engine.submit(Job(request, on_chunk=lambda d: started.set()))
-        assert started.wait(30)
-        engine.cancel(job, "stop")
-        with pytest.raises(RequestCancelledError):
-            job.future.result(30)
-    finally:
-        engine.stop()
-    assert omni.pipeline.shared_runtime().open_streams == 0
+def test_engine_cancels_a_running_answer(models, cancel_running) -> None:
+    pipeline = models.omni.pipeline
+    turn = models.omni.request(messages=_turn("talk"), max_tokens=200, modalities=("text", "audio"))
+    cancel_running(pipeline, pipeline.validate(turn))
 
 
 def test_loaded_without_the_talker_answers_text_only(models) -> None:

@@ -38,6 +38,24 @@ def test_accepted_fields_are_reported(chat_server, chat_http) -> None:
     assert {"tool_choice", "user", "metadata", "store", "presence_penalty", "n", "audio"} == ignored
 
 
+AT = "messages[0].content[0]"
+PNG = png_bytes((8, 8))
+
+
+def _parts(*parts: dict, role: str = "user") -> dict:
+    """A body change: the first message holds ``parts`` (then a user turn, if it is not one)."""
+    turns = [{"role": role, "content": list(parts)}]
+    return {"messages": turns + ([{"role": "user", "content": "x"}] if role != "user" else [])}
+
+
+def _audio(data: str, fmt: str = "wav") -> dict:
+    return _parts({"type": "input_audio", "input_audio": {"data": data, "format": fmt}})
+
+
+def _url(kind: str, url: str) -> dict:
+    return {"type": f"{kind}_url", f"{kind}_url": {"url": url}}
+
+
 @pytest.mark.parametrize(
     ("model", "change", "param"),
     [
@@ -51,111 +69,13 @@ def test_accepted_fields_are_reported(chat_server, chat_http) -> None:
         ("acme-text", {"messages": [{"role": "tool", "content": "x"}]}, "messages[0]"),
         ("acme-text", {"messages": [{"role": "robot", "content": "x"}]}, "messages[0]"),
         ("acme-text", {"messages": [{"role": "user"}]}, "messages[0]"),
-        (
-            "acme-text",
-            {"messages": [{"role": "user", "content": [{"type": "file"}]}]},
-            "messages[0].content[0]",
-        ),
-        (
-            "acme-text",
-            {
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {
-                                "type": "input_audio",
-                                "input_audio": {"data": "AAAA", "format": "midi"},
-                            }
-                        ],
-                    }
-                ]
-            },
-            "messages[0].content[0]",
-        ),
-        (
-            "acme-text",
-            {
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {
-                                "type": "input_audio",
-                                "input_audio": {
-                                    "data": base64.b64encode(b"not audio" * 50).decode(),
-                                    "format": "wav",
-                                },
-                            }
-                        ],
-                    }
-                ]
-            },
-            "messages[0].content[0].input_audio",
-        ),
-        (
-            "acme-text",
-            {
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "input_audio", "input_audio": {"data": "%%%", "format": "wav"}}
-                        ],
-                    }
-                ]
-            },
-            "messages[0].content[0].input_audio",
-        ),
-        (
-            "acme-text",
-            {
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {
-                                "type": "video_url",
-                                "video_url": {"url": data_url(png_bytes((8, 8)), "video/mp4")},
-                            }
-                        ],
-                    }
-                ]
-            },
-            "messages[0].content[0].video_url",
-        ),
-        (
-            "acme-text",
-            {
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}
-                        ],
-                    }
-                ]
-            },
-            "messages[0].content[0].image_url",
-        ),
-        (
-            "acme-text",
-            {
-                "messages": [
-                    {
-                        "role": "system",
-                        "content": [
-                            {
-                                "type": "image_url",
-                                "image_url": {"url": data_url(png_bytes((8, 8)), "image/png")},
-                            }
-                        ],
-                    },
-                    {"role": "user", "content": "x"},
-                ]
-            },
-            "messages[0].content[0]",
-        ),
+        ("acme-text", _parts({"type": "file"}), "messages[0].content[0]"),
+        ("acme-text", _audio("AAAA", "midi"), "messages[0].content[0]"),
+        ("acme-text", _audio(base64.b64encode(b"no audio" * 50).decode()), f"{AT}.input_audio"),
+        ("acme-text", _audio("%%%"), f"{AT}.input_audio"),
+        ("acme-text", _parts(_url("video", data_url(PNG, "video/mp4"))), f"{AT}.video_url"),
+        ("acme-text", _parts(_url("image", "http://example.com/a.png")), f"{AT}.image_url"),
+        ("acme-text", _parts(_url("image", data_url(PNG, "image/png")), role="system"), AT),
         ("acme-text", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ("acme-text", {"stop": ["\n"]}, "stop"),
         ("acme-text", {"logprobs": True}, "logprobs"),
