@@ -202,16 +202,20 @@ def test_media_parts_reach_the_model(acme_chat, chat_server, chat_client, files)
         {"type": "audio_url", "audio_url": {"url": f"{files}/tone.wav"}},
         {"type": "image_url", "image_url": {"url": f"{files}/blue.png"}},
     ]
+    content[1]["image_url"]["detail"] = "low"  # OpenAI's resizing hint: reported, not used
+    content.append({"type": "video_url", "video_url": {"url": content[3]["video_url"]["url"],
+                                                       "num_frames": 5}})  # fmt: skip
     raw = chat_client.chat.completions.with_raw_response.create(
         model="acme-text", messages=[{"role": "user", "content": content}], max_tokens=6
     )
+    assert raw.headers["x-omni-ignored-fields"] == "messages[0].content[1].image_url.detail"
     adjusted = raw.headers["x-omni-adjusted-fields"]
     assert "140 frames -> 128" in adjusted and "content[5].video_url" in adjusted
     caption = (
         "describe[image 32x24][audio 1.00 s at 16000 Hz][video 8x32x24 at 4 fps]"
         "[video 6x16x16 at 6 fps with 0.50 s of sound]"
         f"[video 128x16x16 at {10 * 128 / 140:.3g} fps][audio 0.75 s at 16000 Hz]"
-        "[image 20x10]"
+        "[image 20x10][video 5x32x24 at 2.5 fps]"
     )
     messages = [ChatMessage.text("user", caption)]
     text, _, _ = _expected(acme_chat, chat_server, "acme-text", messages, 6)

@@ -76,6 +76,21 @@ def _url(kind: str, url: str) -> dict:
         ("acme-text", _parts(_url("video", data_url(PNG, "video/mp4"))), f"{AT}.video_url"),
         ("acme-text", _parts(_url("image", "http://example.com/a.png")), f"{AT}.image_url"),
         ("acme-text", _parts(_url("image", data_url(PNG, "image/png")), role="system"), AT),
+        (
+            "acme-text",
+            _parts({"type": "image_url", "image_url": {"url": "x", "y": 1}}),
+            f"{AT}.image_url.y",
+        ),
+        (
+            "acme-text",
+            _parts({"type": "video_url", "video_url": {"url": "x", "num_frames": 0}}),
+            f"{AT}.video_url.num_frames",
+        ),
+        (
+            "acme-text",
+            {"extra_body": {"sampling_params_list": [{"temperature": 0}]}},
+            "sampling_params_list",
+        ),
         ("acme-text", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ("acme-text", {"stop": ["\n"]}, "stop"),
         ("acme-text", {"logprobs": True}, "logprobs"),

@@ -49,20 +49,39 @@ class _Pending:
     kind: str
     param: str
     url: str
+    #: ``video_url.num_frames`` (vLLM-Omni's): the frames to sample the clip to.
+    num_frames: int | None = None
 
 
 @dataclass
 class ParsedMessages:
     messages: list[ChatMessage] = field(default_factory=list)
     pending: list[_Pending] = field(default_factory=list)
+    #: Fields accepted and not used (``image_url.detail``: OpenAI's own resizing hint).
+    ignored: list[str] = field(default_factory=list)
 
 
-def _url_of(part: dict[str, Any], key: str, at: str) -> str:
-    value = part.get(key)
+#: What a media part's object may hold besides ``url``.
+_MEDIA_FIELDS = {"image_url": {"detail"}, "video_url": {"num_frames"}, "audio_url": set()}
+
+
+def _pending(part: dict[str, Any], kind: str, at: str, chat_part: ChatPart) -> _Pending:
+    value = part.get(kind)
     url = value.get("url") if isinstance(value, dict) else value
     if not isinstance(url, str) or not url:
-        raise invalid(f"{at}.{key}: expected {{'url': URL}} (a data URL or an http(s) URL)", at)
-    return url
+        raise invalid(f"{at}.{kind}: expected {{'url': URL}} (a data URL or an http(s) URL)", at)
+    fields = value if isinstance(value, dict) else {}
+    unknown = sorted(set(fields) - {"url"} - _MEDIA_FIELDS[kind])
+    if unknown:
+        name = f"{at}.{kind}.{unknown[0]}"
+        raise invalid(f"{name}: not supported", name, code="unknown_parameter")
+    frames = fields.get("num_frames")
+    if frames is not None and (
+        not isinstance(frames, int) or not 1 <= frames <= chat_media.MAX_VIDEO_FRAMES
+    ):
+        name = f"{at}.video_url.num_frames"
+        raise invalid(f"{name}: expected 1 to {chat_media.MAX_VIDEO_FRAMES}", name)
+    return _Pending(chat_part, chat_part.kind, f"{at}.{kind}", url, frames)
 
 
 def _part(part: Any, at: str, role: str, parsed: ParsedMessages) -> ChatPart:
@@ -105,9 +124,9 @@ def _part(part: Any, at: str, role: str, parsed: ParsedMessages) -> ChatPart:
         url = data if data.startswith("data:") else f"data:audio/{fmt};base64,{data}"
         parsed.pending.append(_Pending(chat_part, "audio", f"{at}.input_audio", url))
     else:
-        parsed.pending.append(
-            _Pending(chat_part, chat_part.kind, f"{at}.{kind}", _url_of(part, kind, at))
-        )
+        parsed.pending.append(_pending(part, kind, at, chat_part))
+        if isinstance(part[kind], dict) and "detail" in part[kind]:
+            parsed.ignored.append(f"{at}.image_url.detail")
     return chat_part
 
 
@@ -158,6 +177,8 @@ def parse_messages(raw: list[dict[str, Any]], transcripts: dict[str, str]) -> Pa
 
 async def decode_media(parsed: ParsedMessages, state: ServerState, request: Request) -> None:
     """Fetch and decode every media part in place, within the server's limits."""
+    for name in parsed.ignored:
+        compat.ignore(request, name)
     config = state.config
     counts = {k: sum(p.kind == k for p in parsed.pending) for k in ("image", "audio", "video")}
     limits = {"image": config.max_images, "audio": MAX_AUDIO_PARTS, "video": MAX_VIDEO_PARTS}
@@ -188,11 +209,16 @@ async def decode_media(parsed: ParsedMessages, state: ServerState, request: Requ
                 )
             else:
                 video = await asyncio.to_thread(
-                    chat_media.decode_video, blob, pending.param, config.max_upload_pixels
+                    chat_media.decode_video,
+                    blob,
+                    pending.param,
+                    config.max_upload_pixels,
+                    pending.num_frames,
                 )
                 part.video, part.fps = video.frames, video.fps
                 part.audio, part.sample_rate = video.audio, video.sample_rate
-                if video.sampled_from is not None:
+                fewer = len(video.frames) < (pending.num_frames or video.sampled_from or 0)
+                if video.sampled_from is not None and fewer:
                     compat.adjust(
                         request,
                         f"{pending.param}: {video.sampled_from} frames -> "

@@ -49,9 +49,11 @@ class DecodedVideo:
     sampled_from: int | None = None
 
 
-def decode_video(data: bytes, param: str, max_pixels: int) -> DecodedVideo:
-    """An mp4 / webm / mov clip -> RGB frames (evenly sampled when long) and its sound track;
-    ``max_pixels`` bounds one frame."""
+def decode_video(
+    data: bytes, param: str, max_pixels: int, num_frames: int | None = None
+) -> DecodedVideo:
+    """An mp4 / webm / mov clip -> RGB frames (evenly sampled when long, or to ``num_frames``)
+    and its sound track; ``max_pixels`` bounds one frame."""
     import av
     import numpy as np
 
@@ -74,7 +76,14 @@ def decode_video(data: bytes, param: str, max_pixels: int) -> DecodedVideo:
             total = int(stream.frames or 0)
             if total <= 0 and stream.duration is not None and stream.time_base is not None:
                 total = int(float(stream.duration * stream.time_base) * rate)
-            keep = max(1, min(MAX_VIDEO_FRAMES, MAX_VIDEO_PIXELS // (width * height)))
+            keep = max(
+                1,
+                min(
+                    num_frames or MAX_VIDEO_FRAMES,
+                    MAX_VIDEO_FRAMES,
+                    MAX_VIDEO_PIXELS // (width * height),
+                ),
+            )
             every = total / keep if total > keep else 1.0
             frames: list[np.ndarray] = []
             seen = 0

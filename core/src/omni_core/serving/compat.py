@@ -187,6 +187,12 @@ TABLES: dict[str, dict[str, Rule]] = {
             accept=lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
             why="structured (JSON) output is not served; the answer is free text",
         ),
+        "sampling_params_list": Rule(
+            "refuse",
+            native=True,
+            why="vLLM-Omni's per-stage sampling; send temperature, top_p, top_k, seed and "
+            "max_tokens at the top level (they steer the text)",
+        ),
         "user": Rule("ignore", why="an end-user tag; omni does not track users"),
         "metadata": Rule("ignore", why="tags for OpenAI's stored completions"),
         "store": Rule("ignore", why="omni stores no completions"),
