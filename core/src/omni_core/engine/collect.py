@@ -4,11 +4,17 @@ and chat deltas (:class:`ChatCollector`, which ``Omni(...).chat(...)`` uses too)
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from omni_core.chat.types import ChatDelta, ChatUsage
 from omni_core.engine.job import speech_result
 from omni_core.errors import InvalidRequestError
 from omni_core.pipelines.base import AudioChunk, GenerationResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from omni_core.engine.job import Job
+    from omni_core.pipelines.base import Pipeline
 
 
 class SpeechCollector:
@@ -84,3 +90,18 @@ class ChatCollector:
             timings=timings,
             info={"finish_reason": self.finish_reason or "stop", "usage": usage},
         )
+
+
+#: What gathers one stream's pieces.
+Collector = SpeechCollector | ChatCollector
+
+
+def open_stream(pipeline: Pipeline, job: Job) -> tuple[Iterator[Any], Collector]:
+    """The stream of a job on a chat or speech pipeline, and the collector of its pieces."""
+    from omni_core.chat.pipeline import ChatPipeline
+    from omni_core.pipelines.base import SpeechPipeline
+
+    if isinstance(pipeline, ChatPipeline):
+        return iter(pipeline.chat(job.request)), ChatCollector(job.started_at)
+    assert isinstance(pipeline, SpeechPipeline)
+    return iter(pipeline.stream(job.request)), SpeechCollector(job.started_at)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from omni_core.autoregressive.chat_runtime import ChatStream
 from omni_core.autoregressive.runtime import SpeechStream
 from omni_core.chat.pipeline import ChatPipeline
-from omni_core.engine.collect import ChatCollector, SpeechCollector
+from omni_core.engine.collect import Collector, open_stream
 from omni_core.engine.job import (
     EngineObserver,
     EngineStoppedError,
@@ -46,7 +46,7 @@ class _Running:
     job: Job
     state: DenoiseState | None = None
     stream: Iterator[Any] | None = None  # AudioChunk (speech) or ChatDelta (chat) objects
-    collector: SpeechCollector | ChatCollector | None = None
+    collector: Collector | None = None
 
 
 class Engine:
@@ -217,12 +217,8 @@ class Engine:
                 log.exception("request %s: start callback failed", job.id)
         entry = _Running(job)
         try:
-            if isinstance(self.pipeline, ChatPipeline):
-                entry.collector = ChatCollector(job.started_at)
-                entry.stream = iter(self.pipeline.chat(job.request))
-            elif isinstance(self.pipeline, SpeechPipeline):
-                entry.collector = SpeechCollector(job.started_at)
-                entry.stream = iter(self.pipeline.stream(job.request))
+            if self.kind != "staged":  # a chat or speech stream and what gathers its pieces
+                entry.stream, entry.collector = open_stream(self.pipeline, job)
             else:
                 assert isinstance(self.pipeline, StagedPipeline)
                 entry.state = self.pipeline.prepare(job.request)
@@ -342,11 +338,9 @@ class Engine:
     def _finish_stream(self, entry: _Running) -> None:
         assert entry.collector is not None
         try:
-            result = entry.collector.result()
+            self._succeed(entry, entry.collector.result())
         except InvalidRequestError as exc:  # e.g. a speech stream that made no audio
             self._fail(entry, exc)
-            return
-        self._succeed(entry, result)
 
     # -- completion ----------------------------------------------------------------------------
 
