@@ -48,8 +48,8 @@ class ModelReplica:
         from omni_core import ServerConfig, create_app
 
         # The replica's app is never bound to a socket: requests come relayed by the ingress
-        # with the client's Host header, which the loopback Host check must not judge here.
-        config = ServerConfig(models=[source], port=0, **{"loopback_host_check": False, **server})
+        # with the client's Host header, judged against the ingress's own bind (``host``).
+        config = ServerConfig(models=[source], port=0, **server)
         self.model_id = source["id"]
         self.app = create_app(config)
         self.state = self.app.state.omni
