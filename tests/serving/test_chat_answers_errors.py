@@ -32,10 +32,12 @@ def test_accepted_fields_are_reported(chat_server, chat_http) -> None:
         "extra_body": {"temperature": 0},
         "audio": {"voice": "ada"},
     }
+    body["messages"][0]["name"] = "ann"  # a participant name: no chat template reads it
     response = chat_http.post(CHAT, json=body)
     assert response.status_code == 200, response.text
     ignored = set(response.headers["x-omni-ignored-fields"].split(", "))
-    assert {"tool_choice", "user", "metadata", "store", "presence_penalty", "n", "audio"} == ignored
+    reported = {"tool_choice", "user", "metadata", "store", "presence_penalty", "n", "audio"}
+    assert reported | {"messages[0].name"} == ignored
 
 
 AT = "messages[0].content[0]"
@@ -90,6 +92,31 @@ def _url(kind: str, url: str) -> dict:
             "acme-text",
             {"extra_body": {"sampling_params_list": [{"temperature": 0}]}},
             "sampling_params_list",
+        ),
+        (
+            "acme-text",
+            {"messages": [{"role": "user", "content": "x", "audio": {}}]},
+            "messages[0].audio",
+        ),
+        (
+            "acme-text",
+            {"messages": [{"role": "user", "content": "x", "weight": 1}]},
+            "messages[0].weight",
+        ),
+        (
+            "acme-text",
+            {
+                "messages": [
+                    {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]},
+                    {"role": "user", "content": "x"},
+                ]
+            },
+            "messages[0].tool_calls",
+        ),
+        (
+            "acme-text",
+            {"messages": [{"role": "assistant", "content": ""}, {"role": "user", "content": "x"}]},
+            "messages[0]",
         ),
         ("acme-text", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ("acme-text", {"stop": ["\n"]}, "stop"),

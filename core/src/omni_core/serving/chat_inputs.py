@@ -130,6 +130,36 @@ def _part(part: Any, at: str, role: str, parsed: ParsedMessages) -> ChatPart:
     return chat_part
 
 
+#: What a message may hold besides ``role`` and ``content``, and for which roles.
+_MESSAGE_FIELDS = {
+    "name": set(_ROLES),
+    "audio": {"assistant"},
+    "refusal": {"assistant"},
+    "tool_calls": {"assistant"},
+    "function_call": {"assistant"},
+}
+
+
+def _check_fields(message: dict[str, Any], at: str, role: str, parsed: ParsedMessages) -> None:
+    """Tool calls are a 400 (none are served); a participant ``name`` and an assistant's
+    ``refusal`` are accepted and reported (no chat template reads them); others are a 400."""
+    for key in sorted(set(message) - {"role", "content"}):
+        if role not in _MESSAGE_FIELDS.get(key, ()):
+            raise invalid(
+                f"{at}.{key}: not supported in a {role} message",
+                f"{at}.{key}",
+                code="unknown_parameter",
+            )
+        if key in ("tool_calls", "function_call") and message[key]:
+            raise invalid(
+                f"{at}.{key}: tool calls are not served",
+                f"{at}.{key}",
+                code="unsupported_parameter",
+            )
+        if key in ("name", "refusal") and message[key] is not None:
+            parsed.ignored.append(f"{at}.{key}")
+
+
 def parse_messages(raw: list[dict[str, Any]], transcripts: dict[str, str]) -> ParsedMessages:
     """The conversation's structure (no media decoded yet: see :func:`decode_media`).
 
@@ -148,6 +178,7 @@ def parse_messages(raw: list[dict[str, Any]], transcripts: dict[str, str]) -> Pa
             )
         if role not in _ROLES:
             raise invalid(f"{at}.role: expected system, developer, user or assistant", at)
+        _check_fields(message, at, role, parsed)
         content = message.get("content")
         audio = message.get("audio")
         if role == "assistant" and not content and isinstance(audio, dict):
@@ -160,8 +191,6 @@ def parse_messages(raw: list[dict[str, Any]], transcripts: dict[str, str]) -> Pa
                 )
             content = text
         if content is None or content == "" or content == []:
-            if role == "assistant":
-                continue  # an assistant turn that only called tools: nothing to read
             raise invalid(f"{at}.content: the message is empty", at)
         if isinstance(content, str):
             parts = [ChatPart(kind="text", text=content)]
