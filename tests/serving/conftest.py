@@ -27,6 +27,10 @@ WAN_SIZE = {"width": 32, "height": 32, "num_frames": 5}
 QWEN_SIZE = {"width": 32, "height": 32}
 
 
+#: The omni model families the chat server adds when their plugin builds tiny checkpoints.
+OMNI_MODELS = ("qwen25", "qwen3")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -201,7 +205,8 @@ def chat_server(
     acme_chat: Any, with_chat_plugin: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LiveServer]:
     """A server of chat models: the acme-chat test plugin's ``acme-text`` (a tiny Qwen2) and
-    ``acme-omni`` (with a talker), and a tiny Qwen-Image beside them when omni-qwen is there."""
+    ``acme-omni`` (with a talker), and, when omni-qwen serves them, a tiny Qwen-Image beside
+    them and tiny Qwen2.5-Omni / Qwen3-Omni (``qwen25``, ``qwen3``)."""
     root = tmp_path_factory.mktemp("chat-ckpts")
     ckpts = Checkpoints(
         paths={
@@ -212,6 +217,10 @@ def chat_server(
     state_dir = tmp_path_factory.mktemp("chat-state")
     with with_chat_plugin():  # the models load through it
         _build(ckpts, "qwen", root, "omni_qwen.testing", "build_tiny_qwen_image", variant="t2i")
+        for family in OMNI_MODELS:  # the real omni families, where omni-qwen serves them
+            _build(
+                ckpts, family, root, f"omni_qwen.omni.{family}_tiny", f"build_tiny_{family}_omni"
+            )
         config = server_config(ckpts, state_dir, allowed_url_hosts=["127.0.0.1"])
         live = start_server(config, ckpts, state_dir)
     yield live
