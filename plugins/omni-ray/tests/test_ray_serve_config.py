@@ -113,6 +113,15 @@ def test_ray_serve_run_builder_autoscales_routes_and_streams(
                 assert created.json()["model"] == "wan"
                 ids.append(created.json()["id"])
             wait_until("wan scaled to 2 replicas", lambda: _replicas(url, "wan") == 2, log, 180)
+            # A second wave once both replicas are up: should the first replica have drained the
+            # first wave while the second was still loading (a fast machine, a slow start), the
+            # added replica still polls the store every second and must take part of this one.
+            for i in range(8):
+                body = {"prompt": f"owl {i}", "size": "32x32", "num_frames": 5}
+                body["num_inference_steps"] = 200
+                created = client.post("/v1/videos", json=body)
+                assert created.status_code == 200, created.text
+                ids.append(created.json()["id"])
             for video_id in ids:
                 wait_until(
                     f"{video_id} completed",

@@ -54,7 +54,7 @@ class TextState:
     #: Tokens the answer may have at most (``max_tokens``).
     max_tokens: int = 512
     #: True when the request asked for audio (and the pipeline has a follower).
-    wants_audio: bool = False
+    with_audio: bool = False
     #: Tokens of the prompt (reported as ``usage.prompt_tokens``; set by ``prepare``).
     prompt_tokens: int = 0
     #: Set by the runtime: the cache slot (also the request's row of the reply buffer) and
@@ -204,6 +204,6 @@ class TextStages:
     #: The talker side; None: a text-only model (or one loaded without its talker).
     speech: SpeechFollower | None = None
     #: When token ids are read back and text deltas handed out.
-    schedule: ChunkSchedule = ChunkSchedule(first=1, rest=4)
+    schedule: ChunkSchedule = field(default_factory=lambda: ChunkSchedule(first=1, rest=4))
     #: Longest request (prompt + answer) the thinker's cache holds.
     max_len: int = 4096

@@ -103,7 +103,8 @@ class AutoregressiveChatPipeline(ChatPipeline):
             from omni_core.autoregressive.chat_runtime import ChatRuntime
 
             device = self.options.device if self.options is not None else "cpu"
-            self._runtime = ChatRuntime(self.stages(), max_batch=self.max_concurrency, device=device)
+            stages = self.stages()
+            self._runtime = ChatRuntime(stages, max_batch=self.max_concurrency, device=device)
         return self._runtime
 
     def open(self, request: GenerationRequest, *, timeout_s: float | None = None) -> ChatStream:
