@@ -214,7 +214,8 @@ class Token2WavDecoder(ChunkDecoder):
 
         new = codes.shape[-1] - context
         tails = codes[:, 1:, 0].to("cpu").tolist()  # speaker index, seed (one small read)
-        devices = [self.device] if self.device.type == "cuda" else []
+        cuda = self.device.type == "cuda"
+        devices = [self.device.index or torch.cuda.current_device()] if cuda else []
         out = []
         for row, (speaker, seed) in enumerate(tails):
             params = self.speakers[speaker]
