@@ -13,7 +13,8 @@ is the real serving path below the HTTP layer: ``Qwen25OmniPipeline`` and its
 ``ChatRuntime``, N requests opened at once and the runtime stepped as the engine steps it
 (one step per loop, streams polled). Every request asks for text + audio, greedy, exactly
 ``--max-tokens`` text tokens (no stop ids: random weights) and at most ``--talker-frames``
-codes; token2wav streams chunks of ``--chunk-frames`` codes (0: the whole answer at once).
+codes; token2wav streams chunks of ``--chunk-frames`` codes, the first of
+``--first-chunk-frames`` (``--chunk-frames 0``: the whole answer at once).
 
 Reported per concurrency: time to first text token, time to first audio, decode tokens/s per
 request and in all, audio seconds made and RTF (request wall time / its audio seconds); for
@@ -278,6 +279,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--talker-frames", type=int, default=100)
     parser.add_argument("--chunk-frames", type=int, default=25)
+    parser.add_argument("--first-chunk-frames", type=int, default=10)
     parser.add_argument("--no-reference", action="store_true")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -311,6 +313,7 @@ def main() -> None:
                 "talker_max_frames": args.talker_frames,
                 "talker_sample": "off",
                 "audio_chunk_frames": args.chunk_frames,
+                "audio_first_chunk_frames": args.first_chunk_frames,
             },
         )
         pipeline = Qwen25OmniPipeline(model, processor, False, options, generation)
