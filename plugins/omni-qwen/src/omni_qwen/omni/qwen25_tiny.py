@@ -277,7 +277,12 @@ def build_tiny_qwen25_omni(path: str | Path, seed: int = 0) -> Path:
     model.save_pretrained(str(folder), safe_serialization=True)
     # save_pretrained writes the config transformers normalised; the official layout is kept
     (folder / "config.json").write_text(json.dumps(raw, indent=2), encoding="utf-8")
-    generation = {"eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]], "do_sample": False}
+    # a random talker rarely says its end code: its answers stop at 64 codes (1.3 s)
+    generation = {
+        "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+        "do_sample": False,
+        "talker_max_new_tokens": 64,
+    }
     (folder / "generation_config.json").write_text(json.dumps(generation, indent=2), "utf-8")
     generator = torch.Generator().manual_seed(seed + 2)
     speakers = {
