@@ -220,3 +220,14 @@ def test_voices_and_bad_voice(omni: Omni) -> None:
         pipeline.validate(
             omni.request(messages=_messages("text"), modalities=("text", "audio"), voice="Bob")
         )
+
+
+def test_video_parts_need_the_video_processor(omni: Omni) -> None:
+    pipeline = omni.pipeline
+    video = ChatPart(kind="video", video=np.zeros((4, 56, 56, 3), np.uint8), fps=2.0)
+    messages = [ChatMessage(role="user", parts=[video, ChatPart(kind="text", text="what?")])]
+    if pipeline.takes_videos:  # torchvision installed: the processor takes the frames
+        assert pipeline.validate(omni.request(messages=messages)).messages == messages
+    else:
+        with pytest.raises(InvalidRequestError, match="torchvision"):
+            omni.request(messages=messages)  # Omni.request validates
