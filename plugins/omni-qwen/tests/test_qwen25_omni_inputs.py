@@ -67,13 +67,22 @@ def test_own_system_message_wins_and_empty_message_keeps_a_text_item() -> None:
     assert inputs.processor_kwargs() == {} and not inputs.has_media
 
 
-def test_speakers_file_missing_is_a_clear_error(tmp_path: Path) -> None:
+def test_speakers_file_missing_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from omni_qwen.omni.qwen25_loading import speakers_file
 
     with pytest.raises(ConfigError, match=r"spk_dict\.pt is missing"):
         speakers_file(tmp_path)
     (tmp_path / "spk_dict.pt").write_bytes(b"")
     assert speakers_file(tmp_path) == tmp_path / "spk_dict.pt"
+    # a Hub snapshot without it (the core fetches no .pt): fetched, here offline -> clear error
+    snapshot = tmp_path / "hub" / "models--acme--omni" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(ConfigError, match=r"acme/omni: cannot get spk_dict\.pt"):
+        speakers_file(snapshot)
 
 
 def test_tiny_checkpoint_layout_and_processor(tmp_path: Path) -> None:
