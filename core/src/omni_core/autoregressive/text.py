@@ -73,6 +73,12 @@ class TokenOutput:
     stop: torch.Tensor
     #: ``[rows, hidden]`` what the talker reads for the token of this step (None: nothing).
     follow: torch.Tensor | None = None
+    #: ``follow`` belongs to the token made ``follow_lag`` steps earlier: a thinker whose
+    #: talker reads the hidden state *at* a token's position (computed by the step that feeds
+    #: that token in, i.e. the one making the next token) sets 1. The reply buffer stores it at
+    #: that earlier index, and an answer cut by ``max_tokens`` ends ``follow_lag`` earlier
+    #: (its last token's entry is never computed).
+    follow_lag: int = 0
 
     @staticmethod
     def cat(outputs: list[TokenOutput]) -> TokenOutput:
@@ -85,6 +91,7 @@ class TokenOutput:
             tokens=torch.cat([o.tokens for o in outputs]),
             stop=torch.cat([o.stop for o in outputs]),
             follow=None if any(f is None for f in follows) else torch.cat(follows),  # type: ignore[misc]
+            follow_lag=max(o.follow_lag for o in outputs),
         )
 
     def rows(self, start: int, stop: int) -> TokenOutput:
@@ -92,6 +99,7 @@ class TokenOutput:
             tokens=self.tokens[start:stop],
             stop=self.stop[start:stop],
             follow=None if self.follow is None else self.follow[start:stop],
+            follow_lag=self.follow_lag,
         )
 
 
@@ -129,6 +137,8 @@ class ReplyBuffer:
         self.values: torch.Tensor | None = None  # allocated at the first write (hidden, dtype)
         #: ``[requests]`` the index of the stop token, ``max_len`` while none was made.
         self.stop_at = torch.full((rows,), max_len, dtype=torch.long, device=self.device)
+        #: The thinker's :attr:`TokenOutput.follow_lag` (taken from the first write).
+        self.lag = 0
 
     def reset(self, slot: int) -> None:
         self.stop_at[slot] = self.max_len
@@ -140,6 +150,10 @@ class ReplyBuffer:
         at = torch.tensor(slots, dtype=torch.long).to(self.device, non_blocking=True)
         pos = torch.tensor(index, dtype=torch.long).to(self.device, non_blocking=True)
         if out.follow is not None:
+            self.lag = out.follow_lag
+            # a lagging entry lands at the index of its own token (a prefill row's lands at 0,
+            # overwritten by the step after it)
+            at_value = (pos - self.lag).clamp(min=0)
             if self.values is None:
                 self.values = torch.zeros(
                     self.rows,
@@ -148,17 +162,18 @@ class ReplyBuffer:
                     dtype=out.follow.dtype,
                     device=self.device,
                 )
-            self.values[at, pos] = out.follow.to(self.values.dtype)
+            self.values[at, at_value] = out.follow.to(self.values.dtype)
         current = self.stop_at[at]
         hit = out.stop.to(self.device) & (pos < current)
         self.stop_at[at] = torch.where(hit, pos, current)
 
     def end(self, slot: int, index: int) -> None:
-        """The answer of ``slot`` ends at ``index`` (``max_tokens`` reached): no device read."""
+        """The answer of ``slot`` ends at ``index`` (``max_tokens`` reached): no device read.
+        With a lagging follow it ends ``lag`` earlier (that token's entry is never written)."""
         import torch
 
         self.stop_at[slot] = torch.minimum(
-            self.stop_at[slot], torch.tensor(index, device=self.device)
+            self.stop_at[slot], torch.tensor(max(index - self.lag, 0), device=self.device)
         )
 
     def read(self, slots: list[int], index: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,5 +1,5 @@
-"""omni plugin entry point of omni-qwen: registers the Qwen-Image and Qwen3-TTS pipelines
-(lazily, no torch)."""
+"""omni plugin entry point of omni-qwen: registers the Qwen-Image, Qwen3-TTS and Qwen2.5-Omni
+pipelines (lazily, no torch)."""
 
 from __future__ import annotations
 
@@ -71,6 +71,18 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             description="Qwen3-TTS 12 Hz (0.6B/1.7B; CustomVoice speakers + instructions, "
             "VoiceDesign, Base voice cloning) on the autoregressive runtime: concurrent "
             "requests share decode steps, audio streams as codes arrive.",
+        )
+    )
+    register(
+        PipelineSpec(
+            name="qwen2.5-omni",
+            implementation="omni_qwen.omni.qwen25_pipeline:Qwen25OmniPipeline",
+            tasks=("chat",),
+            architectures=("Qwen2_5OmniForConditionalGeneration",),
+            capabilities=PipelineCapabilities(streaming=True, step_batching=True),
+            description="Qwen2.5-Omni (3B/7B): text, image, audio and video in, text and speech "
+            "out; thinker and talker on the chat runtime (concurrent answers share decode "
+            "steps), token2wav on the whole answer or streamed chunks.",
         )
     )
 

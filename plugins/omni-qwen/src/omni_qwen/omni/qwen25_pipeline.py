@@ -1,0 +1,217 @@
+"""Qwen2.5-Omni as an omni chat pipeline: text, image, audio (and video) in; text and speech out.
+
+transformers' ``Qwen2_5OmniForConditionalGeneration`` (loaded from the official layout) provides
+every module; :mod:`.qwen25_stages` drives them on the core's chat runtime, so concurrent answers
+share thinker (and talker) decode steps and speech is made while the text is written.
+
+Load options (``--option key=value`` / ``Omni(path, key=value)``):
+
+- ``audio_output``: ``on`` (default when the checkpoint has a talker) or ``off``: load without the
+  talker and token2wav (``enable_audio_output=False``); the model then answers text only and a
+  request for audio is refused.
+- ``talker_max_frames``: codes one spoken answer may have at most (default:
+  ``talker_max_new_tokens`` of ``generation_config.json`` when it has one, else 4096,
+  transformers' default).
+- ``audio_chunk_frames``: 0 (default): token2wav decodes an answer's whole code sequence once the
+  talker stops, as transformers does (token2wav is not causal); N: codes are decoded in chunks of
+  N (the first of ``audio_first_chunk_frames``) with ``audio_left_context`` codes of left
+  context (default 24), so audio streams early but
+  differs from the whole decode (the DiT's noise and its look-ahead differ per chunk).
+- ``token2wav_steps``: ODE steps of the DiT (default 10, transformers' default).
+- ``max_len``: positions of one request's thinker cache, prompt + answer (default 8192).
+
+Sampling: ``temperature`` / ``top_p`` / ``top_k`` / ``seed`` of the request drive the thinker
+(0 or unset temperature with a greedy ``generation_config.json``: greedy); the talker samples
+as transformers' ``generate`` defaults (temperature 0.9, top-k 40, top-p 0.8, repetition penalty
+1.05), or greedily with ``talker_sample=off``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+from omni_core import (
+    AutoregressiveChatPipeline,
+    ChunkSchedule,
+    ConfigError,
+    GenerationRequest,
+    InvalidRequestError,
+    PipelineOptions,
+    Sampling,
+    TextStages,
+    TextState,
+    Voice,
+)
+
+from .messages import to_processor_inputs
+from .qwen25_tiny import SYSTEM_PROMPT
+
+
+def _flag(value: Any, name: str) -> bool:
+    text = str(value).strip().lower()
+    if text in ("on", "true", "1", "yes"):
+        return True
+    if text in ("off", "false", "0", "no"):
+        return False
+    raise ConfigError(f"{name}={value!r}: expected on or off")
+
+
+class Qwen25OmniPipeline(AutoregressiveChatPipeline):
+    """Qwen2.5-Omni (3B / 7B) answers (module doc)."""
+
+    load_options: ClassVar[dict[str, str]] = {
+        "audio_output": "on (default): load the talker and token2wav; off: text answers only",
+        "talker_max_frames": "speech codes per answer at most (default: generation_config.json "
+        "talker_max_new_tokens, else 4096)",
+        "talker_sample": "on (default): the talker samples as transformers does; off: greedy",
+        "audio_chunk_frames": "0 (default): decode the whole answer's codes at once; N: stream "
+        "chunks of N codes",
+        "audio_first_chunk_frames": "codes in the first streamed chunk (default: "
+        "audio_chunk_frames; smaller: first audio earlier)",
+        "audio_left_context": "codes of left context per streamed chunk (default 24)",
+        "token2wav_steps": "DiT ODE steps (default 10)",
+        "max_len": "thinker cache positions per request, prompt + answer (default 8192)",
+    }
+
+    def __init__(
+        self,
+        model: Any,
+        processor: Any,
+        videos: bool,
+        options: PipelineOptions,
+        generation: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.model, self.processor, self.takes_videos, self.options = (
+            model,
+            processor,
+            videos,
+            options,
+        )
+        extra = options.extra
+        self.tokenizer = processor.tokenizer
+        self.has_talker = bool(model.has_talker)
+        self.output_modalities = ("text", "audio") if self.has_talker else ("text",)
+        self.speaker_names = list(model.speaker_map)
+        #: generation_config.json (the thinker's eos ids and sampling defaults).
+        self.generation = dict(generation or {})
+        frames = self.generation.get("talker_max_new_tokens", 4096)
+        self.talker_max_frames = int(extra.get("talker_max_frames", frames))
+        self.talker_sample = _flag(extra.get("talker_sample", "on"), "talker_sample")
+        self.chunk_frames = int(extra.get("audio_chunk_frames", 0))
+        self.first_chunk_frames = int(extra.get("audio_first_chunk_frames", self.chunk_frames))
+        self.left_context = int(extra.get("audio_left_context", 24))
+        self.token2wav_steps = int(extra.get("token2wav_steps", 10))
+        self.max_len = int(extra.get("max_len", 8192))
+        eos = self.generation.get("eos_token_id") or [self.tokenizer.eos_token_id]
+        self.stop_ids = sorted({int(i) for i in (eos if isinstance(eos, list) else [eos])})
+
+    @classmethod
+    def from_pretrained(cls, path: Path, options: PipelineOptions) -> Qwen25OmniPipeline:
+        import torch
+
+        from .qwen25_loading import load_model, load_processor
+
+        raw = json.loads((path / "config.json").read_text("utf-8"))
+        wanted = options.extra.get("audio_output", raw.get("enable_audio_output", True))
+        dtype = options.dtype if options.device.type != "cpu" else torch.float32
+        model = load_model(
+            path, device=options.device, dtype=dtype, audio_output=_flag(wanted, "audio_output")
+        )
+        file = path / "generation_config.json"
+        generation = json.loads(file.read_text("utf-8")) if file.is_file() else {}
+        processor, videos = load_processor(path)
+        return cls(model, processor, videos, options, generation)
+
+    # -- what the server lists and checks -----------------------------------------------------
+
+    def voices(self) -> list[Voice]:
+        if not self.has_talker:
+            return []
+        return [Voice(id=n, name=n, description="Qwen2.5-Omni speaker") for n in self.speaker_names]
+
+    def validate(self, request: GenerationRequest) -> GenerationRequest:
+        request = super().validate(request)
+        if not self.takes_videos and any(
+            p.kind == "video" for m in request.messages for p in m.parts
+        ):
+            raise InvalidRequestError(
+                "messages: video parts need torchvision on the server (the Qwen2.5-Omni video "
+                "processor uses it)",
+                param="messages",
+            )
+        return request
+
+    # -- the chain ------------------------------------------------------------------------------
+
+    def stages(self) -> TextStages:
+        from .qwen25_stages import TalkerFollower, ThinkerStage
+
+        thinker = ThinkerStage(self.model.thinker, self.stop_ids, follow=self.has_talker)
+        speech = None
+        if self.has_talker:
+            # whole answer: one chunk as long as the talker may run (the runtime reads stop
+            # flags when a chunk is due, so the talker runs to talker_max_frames: a per-request
+            # schedule in the core would let it stop at its end code)
+            rest = self.chunk_frames or self.talker_max_frames
+            first = (self.first_chunk_frames or rest) if self.chunk_frames else rest
+            speakers = [self.model.speaker_map[n] for n in self.speaker_names]
+            speech = TalkerFollower(
+                self.model,
+                speakers,
+                ChunkSchedule(first=first, rest=rest),
+                steps=self.token2wav_steps,
+                left=self.left_context if self.chunk_frames else 0,
+            )
+
+        def detokenize(ids: list[int]) -> str:
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+        return TextStages(
+            decoder=thinker, detokenize=detokenize, speech=speech, max_len=self.max_len
+        )
+
+    def _sampling(self, request: GenerationRequest) -> Sampling:
+        greedy_default = not self.generation.get("do_sample", False)
+        temperature = request.temperature
+        if temperature is None:
+            temperature = 0.0 if greedy_default else float(self.generation.get("temperature", 1.0))
+        top_p = request.top_p if request.top_p is not None else self.generation.get("top_p", 1.0)
+        top_k = request.top_k if request.top_k is not None else self.generation.get("top_k", 0)
+        return Sampling(float(temperature), float(top_p), int(top_k or 0), 1.0, request.seed)
+
+    def prepare(self, request: GenerationRequest) -> TextState:
+        import torch
+
+        from .qwen25_prompt import build_prompt
+
+        state = TextState(request=request, max_tokens=request.max_tokens or 512)
+        state.with_audio = "audio" in request.modalities and self.has_talker
+        inputs = to_processor_inputs(
+            request.messages,
+            system_prompt=SYSTEM_PROMPT,
+            sampling_rate=int(self.processor.feature_extractor.sampling_rate),
+        )
+        speaker = request.voice or ("Chelsie" if "Chelsie" in self.speaker_names else None)
+        index = self.speaker_names.index(speaker) if speaker else 0
+        with torch.inference_mode():
+            prompt = build_prompt(
+                self.model, self.processor, inputs, index if state.with_audio else None
+            )
+        state.data.update(prompt)
+        state.data["sampling"] = self._sampling(request)
+        state.prompt_tokens = int(prompt["prompt"].shape[0])
+        if state.with_audio:
+            from .qwen25_stages import TalkerSettings
+
+            talker = (
+                Sampling(0.9, 0.8, 40, 1.05, request.seed)
+                if self.talker_sample
+                else Sampling(0.0, 1.0, 0, 1.05, request.seed)
+            )
+            state.data["talker_settings"] = TalkerSettings(talker, self.talker_max_frames)
+            state.data["speaker_index"] = index
+            state.data["noise_seed"] = int(request.seed or 0) % (2**31)
+        return state
