@@ -30,6 +30,8 @@ from omni_core.autoregressive.text import (  # noqa: E402
 )
 from omni_core.pipelines.base import GenerationRequest  # noqa: E402
 
+np = pytest.importorskip("numpy")
+
 EOS = 7
 VOCAB = 48
 
@@ -290,3 +292,27 @@ def test_text_only_runtime_refuses_audio_and_cancel_frees_the_slot(thinker) -> N
             assert delta.text
     assert runtime._free == [0]
     assert _collect(runtime.open(_state(PROMPTS[2])))[0]  # the slot serves the next request
+
+
+def test_a_whole_answer_schedule_still_stops_at_the_stop_frame(thinker) -> None:
+    """A request decoded in one chunk (ChunkSchedule.whole, e.g. not streamed) has its stop
+    flags read every ``check`` frames: it ends within ``check`` frames of its stop, not at
+    ``max_frames``, and its audio is the streamed request's."""
+    follower = Follower()
+    stages = TextStages(decoder=Thinker(thinker), detokenize=_detok, speech=follower, max_len=256)
+    runtime = ChatRuntime(stages, max_batch=2)
+    prepare = follower.prepare
+
+    def whole(state: TextState) -> ARState:
+        ar = prepare(state)
+        ar.max_frames, ar.schedule = 200, ChunkSchedule.whole(check=4)
+        return ar
+
+    streamed = _collect(runtime.open(_state(PROMPTS[0], max_tokens=6, audio=True)))
+    follower.prepare = whole  # type: ignore[method-assign]
+    stream = runtime.open(_state(PROMPTS[0], max_tokens=6, audio=True))
+    text, audio, _ = _collect(stream)
+    assert text == streamed[0] and len(audio) == 1  # one chunk: the whole answer
+    np.testing.assert_allclose(audio[0], np.concatenate(streamed[1]), atol=1e-6)
+    codes = stream.speech.all_codes().shape[1]
+    assert codes < stream.speech.state.frames <= codes + 1 + 4  # stopped soon after the stop

@@ -122,6 +122,7 @@ def chat_stream(
     from omni_core.requests import split_keywords
 
     request_id = kwargs.pop("request_id", None)
+    kwargs.setdefault("stream", True)  # read as it is made: pipelines may decode smaller chunks
     shared, extras = split_keywords(kwargs)
     request = chat_request(omni.pipeline, messages, extras=extras, request_id=request_id, **shared)
     assert isinstance(omni.pipeline, ChatPipeline)
@@ -134,7 +135,7 @@ def chat(omni: Omni, messages: str | Sequence[MessageLike], **kwargs: Any) -> Ge
     from omni_core.engine.collect import ChatCollector
 
     collector = ChatCollector()
-    for delta in chat_stream(omni, messages, **kwargs):
+    for delta in chat_stream(omni, messages, **{"stream": False, **kwargs}):
         collector.add(delta)
     result = collector.result()
     result.timings["load_s"] = omni.load_s

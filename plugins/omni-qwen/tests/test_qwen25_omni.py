@@ -138,7 +138,8 @@ def test_whole_answer_audio_equals_transformers(omni: Omni, reference: Any, kind
 
 
 def test_streamed_deltas_make_the_whole_answer(omni: Omni, checkpoint: Any) -> None:
-    """Text deltas concatenate to the answer; chunked token2wav streams several audio deltas
+    """Text deltas concatenate to the answer; a streamed answer's token2wav chunks make several
+    audio deltas (a non-streamed one on the same model: one, the whole decode),
     whose concatenation has the whole decode's length. It is not the same waveform (each
     chunk's DiT noise and look-ahead differ): the difference measured here is stated in the
     pipeline docs."""
@@ -153,8 +154,9 @@ def test_streamed_deltas_make_the_whole_answer(omni: Omni, checkpoint: Any) -> N
         audio_chunk_frames=6,
         audio_left_context=12,
     )
-    stream, deltas = _run(chunked, messages, **fields)
+    stream, deltas = _run(chunked, messages, **fields, stream=True)  # streamed: in chunks
     assert stream.ids == whole_stream.ids
+    assert sum(d.audio is not None for d in _run(chunked, messages, **fields)[1]) == 1
     assert "".join(d.text for d in deltas) == "".join(d.text for d in whole)
     ours, full = _audio_of(deltas), _audio_of(whole)
     assert sum(d.audio is not None for d in deltas) >= 2

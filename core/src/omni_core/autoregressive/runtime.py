@@ -233,17 +233,20 @@ class ARRuntime:
                 return
             self.steps += 1
             self.rows += len(rows)
-            due = []
+            due, checks = [], []
             for i, stream in enumerate(rows):
                 row = out.rows(i, i + 1)
                 stream.last = row
                 stream.pending.append(row)
                 stream.state.frames += 1
-                target = self.stages.schedule.target(stream.chunks)
+                schedule = stream.state.schedule or self.stages.schedule
+                target = schedule.target(stream.chunks)
                 if len(stream.pending) >= target or stream.state.frames >= stream.state.max_frames:
                     due.append(stream)
-            if due:
-                self._hand_out(due)
+                elif len(stream.pending) % max(schedule.check, 1) == 0:
+                    checks.append(stream)
+            if due or checks:
+                self._hand_out(due, checks)
 
     def _decode(self, batch: list[SpeechStream]) -> StepOutput:
         cache = self.cache
@@ -299,18 +302,24 @@ class ARRuntime:
                 self._fail(stream, exc)
             return None
 
-    def _hand_out(self, due: list[SpeechStream]) -> None:
-        """Read the stop flags of the due chunks (one sync), decode and hand out their audio."""
+    def _hand_out(self, due: list[SpeechStream], checks: list[SpeechStream] | None = None) -> None:
+        """Read the stop flags of the due chunks and of the streams ``checks`` names (one sync),
+        decode and hand out the audio of the due ones and of checked ones that stopped."""
         import torch
 
-        flags = torch.cat([torch.cat([r.stop for r in s.pending]) for s in due])
+        checks = checks or []
+        read = [*due, *checks]
+        flags = torch.cat([torch.cat([r.stop for r in s.pending]) for s in read])
         host = flags.to("cpu").tolist()
         self.syncs += 1
         offset, work = 0, []
-        for stream in due:
+        checked = set(map(id, checks))
+        for stream in read:
             count = len(stream.pending)
             mine = host[offset : offset + count]
             offset += count
+            if id(stream) in checked and True not in mine:
+                continue  # not due and not stopped: its frames wait for their chunk
             keep = mine.index(True) if True in mine else count
             ended = keep < count or stream.state.frames >= stream.state.max_frames
             codes = torch.cat([r.tokens for r in stream.pending[:keep]]).T if keep else None

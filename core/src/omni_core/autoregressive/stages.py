@@ -46,6 +46,9 @@ class ARState:
     #: ``[codebooks, frames]`` codes the codec reads as left context before the first frame
     #: (e.g. a cloned voice's reference codes); None: none.
     codec_context: torch.Tensor | None = None
+    #: This request's chunks (None: the stages' schedule), e.g. :meth:`ChunkSchedule.whole`
+    #: for a request that is not streamed (``request.stream`` is False).
+    schedule: ChunkSchedule | None = None
     #: Set by the runtime: the cache slot, and frames made so far (the next frame's index).
     slot: int = -1
     frames: int = 0
@@ -145,9 +148,19 @@ class ChunkSchedule:
 
     first: int = 4
     rest: int = 12
+    #: While a chunk is not due, stop flags are still read every ``check`` frames (with the
+    #: other reads of that step), so a request whose chunks are long (a whole answer decoded at
+    #: once) ends soon after its stop token instead of at ``max_frames``.
+    check: int = 16
 
     def target(self, emitted_chunks: int) -> int:
         return self.first if emitted_chunks == 0 else self.rest
+
+    @classmethod
+    def whole(cls, check: int = 16) -> ChunkSchedule:
+        """One chunk at the end: the codec decodes the whole answer at once (codecs that are
+        not causal give their reference output only so)."""
+        return cls(first=1 << 30, rest=1 << 30, check=check)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from omni_core.commands.answer_options import answer_options
 from omni_core.commands.connection_options import connection_options
 from omni_core.commands.memory_options import memory_options
 from omni_core.commands.options import (
@@ -241,6 +242,7 @@ def _preflight(config: ServerConfig) -> None:
     help="Decoded pixels of all uploaded images of a request, read from their headers (413).",
 )
 @connection_options
+@answer_options
 @click.option(
     "--public-url",
     default=None,
@@ -291,6 +293,7 @@ def serve(
     max_cost: int,
     max_upload_pixels: int,
     connections: dict[str, float],
+    answers: dict[str, str],
     public_url: str | None,
     no_warmup: bool,
     warmup_request: str | None,
@@ -368,6 +371,7 @@ def serve(
             max_cost=max_cost or None,
             max_upload_pixels=max_upload_pixels,
             **connections,
+            **answers,
             public_url=public_url,
             options=options,
             storage=storage,

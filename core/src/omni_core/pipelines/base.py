@@ -103,6 +103,11 @@ class GenerationRequest(BaseModel):
     reference: ReferenceVoice | None = Field(
         None, description="Speech: a voice to clone (reference audio or an uploaded voice)."
     )
+    stream: bool = Field(
+        False,
+        description="The caller reads the answer as it is made (streamed speech or chat); "
+        "pipelines may then decode in smaller chunks. Set by the server, not by clients.",
+    )
     # chat (text and omni models): the conversation, decoded (omni_core.chat.ChatMessage)
     messages: list[Any] = Field(
         default_factory=list, description="Chat: the conversation (ChatMessage objects)."

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -71,6 +71,10 @@ class ServerConfig(BaseModel):
     #: omni_core.serving.guards). Off for an app that another server runs (e.g. Ray Serve's
     #: proxy) on an address other than ``host``.
     loopback_host_check: bool = True
+    #: What a chat request that names no ``modalities`` and no ``audio`` gets from an omni
+    #: model: ``"model"``, everything it answers with (text and speech: vLLM-Omni's default),
+    #: or ``"text"`` (OpenAI's; plain text clients then never receive audio).
+    chat_modalities: Literal["model", "text"] = "model"
     #: Base of the absolute ``url``s in image responses (``--public-url``, e.g. behind a proxy);
     #: None: the base URL the request came in on.
     public_url: str | None = Field(None, max_length=2000, pattern=r"^https?://")

@@ -6,7 +6,7 @@ fields omni does not apply, tools, ...), its ``messages`` become
 :class:`~omni_core.chat.ChatMessage` objects with decoded media
 (:mod:`omni_core.serving.chat_inputs`), and the request runs on the model's engine.
 
-- ``modalities: ["text"]`` (the default) answers ``message.content``; ``["text", "audio"]``
+- ``modalities: ["text"]`` (OpenAI's default) answers ``message.content``; ``["text", "audio"]``
   adds ``message.audio`` ``{id, data (base64), transcript, expires_at}`` in ``audio.format``
   (wav unless told: mp3, flac, pcm16) spoken in ``audio.voice``. A model loaded without its
   talker (or a text-only one) answers a 400 naming ``modalities``.
@@ -15,6 +15,14 @@ fields omni does not apply, tools, ...), its ``messages`` become
   pieces of the encoded audio (pcm16 unless told; concatenated, the pieces are the file), the
   ``finish_reason`` with ``audio.expires_at``, a ``usage`` chunk with
   ``stream_options.include_usage``, then ``[DONE]``.
+
+vLLM-Omni's clients send no ``audio`` object (and often no ``modalities``): such a request to
+an omni model is answered with everything the model says (``--chat-modalities model``, the
+default; ``text`` keeps OpenAI's text-only default) in vLLM-Omni's shapes: a non-streamed
+answer has two choices (both ``index`` 0), the text and then the audio (``message.audio`` with
+a base64 WAV); a streamed one labels every chunk with ``"modality": "text"|"audio"`` and an
+audio chunk's ``delta.content`` is a base64 WAV file of that piece. A request that sends
+``audio: {voice, format}`` gets OpenAI's shapes above.
 
 An assistant turn may name an earlier spoken answer by ``audio.id`` alone (as OpenAI's
 multi-turn audio examples do): its transcript is kept for :data:`AUDIO_TTL_S`.
@@ -35,6 +43,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from omni_core.chat.pipeline import ChatPipeline
 from omni_core.chat.types import ChatDelta, ChatUsage
 from omni_core.engine import Job
 from omni_core.pipelines.base import AudioChunk, GenerationResult
@@ -108,15 +117,23 @@ async def answer(
 ) -> Response:
     """Answer one chat request of a chat model (the body is read, the model picked)."""
     data = compat.translate("chat.answers", data, request, served.pipeline)
+    named = "modalities" in data
     body = validate(ChatAnswerBody, data)
     kept = _transcripts(state)
     parsed = chat_inputs.parse_messages(body.messages, {k: v[1] for k, v in kept.items()})
     await chat_inputs.decode_media(parsed, state, request)
-    spoken = "audio" in body.modalities
+    # vLLM-Omni's clients send no `audio` object: they get its shapes (module doc)
+    vllm = body.audio is None
+    modalities = list(body.modalities)
+    pipeline = served.pipeline
+    if not named and vllm and state.config.chat_modalities == "model":
+        assert isinstance(pipeline, ChatPipeline)
+        modalities = list(pipeline.output_modalities)
+    spoken = "audio" in modalities
     audio = body.audio or ChatAudio()
     if body.audio is not None and not spoken:
         compat.ignore(request, "audio")  # no audio is asked for: it cannot change the answer
-    fmt = audio.format or ("pcm16" if body.stream else "wav")
+    fmt = audio.format or ("pcm16" if body.stream and not vllm else "wav")
     fields: dict[str, Any] = {
         "messages": parsed.messages,
         "modalities": ("text", "audio") if spoken else ("text",),
@@ -126,6 +143,7 @@ async def answer(
         "top_p": body.top_p,
         "top_k": 0 if body.top_k == -1 else body.top_k,
         "seed": body.seed,
+        "stream": body.stream,
     }
     fields = {k: v for k, v in fields.items() if v is not None}
     gen = state.build_request(served, fields, extras=body.extras(), request_id=request_id(request))
@@ -156,17 +174,18 @@ async def answer(
             }
             headers["x-omni-sample-rate"] = str(rate)
             remember(text)
-        choice = {
-            "index": 0,
-            "message": message,
-            "logprobs": None,
-            "finish_reason": result.info.get("finish_reason", "stop"),
-        }
+        finish = result.info.get("finish_reason", "stop")
+        choices = [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]
+        if vllm and spoken:  # vLLM-Omni: the text, then the audio in a choice of its own
+            spoken_message = {"role": "assistant", "content": None, "audio": message.pop("audio")}
+            choices.append(
+                {"index": 0, "message": spoken_message, "logprobs": None, "finish_reason": "stop"}
+            )
         return JSONResponse(
             {
                 **head,
                 "object": "chat.completion",
-                "choices": [choice],
+                "choices": choices,
                 "usage": _usage(result.info.get("usage") or ChatUsage()),
             },
             headers=headers,
@@ -187,6 +206,35 @@ async def answer(
         )
         chunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
         return f"data: {json.dumps(chunk)}\n\n".encode()
+
+    async def vllm_events() -> AsyncIterator[bytes]:
+        """vLLM-Omni's stream: each chunk says its ``modality``; an audio chunk's
+        ``delta.content`` is a base64 WAV file of that piece; the finish reason comes last."""
+        item: Item = first
+        try:
+            yield event({"role": "assistant", "content": ""}, modality="text")
+            while isinstance(item, ChatDelta):
+                if item.text:
+                    yield event({"content": item.text}, modality="text")
+                if item.audio is not None and len(item.audio.samples):
+                    chunk = item.audio
+                    wav = await asyncio.to_thread(
+                        media.encode_audio, chunk.samples, chunk.sample_rate, "wav"
+                    )
+                    yield event({"content": media.b64(wav)}, modality="audio")
+                item = await queue.get()
+            if (exc := item.exception()) is not None:
+                yield _error_event(exc)
+                return
+            result = item.result()
+            last = "audio" if spoken else "text"
+            yield event({}, result.info.get("finish_reason", "stop"), modality=last)
+            if include_usage:
+                yield event(None, usage=_usage(result.info.get("usage") or ChatUsage()))
+            yield b"data: [DONE]\n\n"
+        finally:
+            if not job.future.done():
+                engine.cancel(job, "the client disconnected")
 
     async def events() -> AsyncIterator[bytes]:
         item: Item = first
@@ -228,5 +276,7 @@ async def answer(
                 engine.cancel(job, "the client disconnected")
 
     return StreamingResponse(
-        events(), media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"}
+        vllm_events() if vllm and spoken else events(),
+        media_type="text/event-stream",
+        headers={**headers, "Cache-Control": "no-cache"},
     )

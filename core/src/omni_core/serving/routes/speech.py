@@ -114,7 +114,9 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             spoken = _voice_language(pipeline, body.voice_id())
             actual = body.language if _speaks(body.language, spoken) else spoken
             compat.pipeline_field(pipeline, "language", body.language, actual, extras, request)
+        streamed = body.stream or body.stream_format is not None
         fields: dict[str, Any] = {"prompt": body.input, "speed": body.speed, **sampling}
+        fields["stream"] = streamed
         voice = body.voice_id()
         if reference is not None and not uploaded and voice is not None:
             if voice not in {v.id for v in pipeline.voices()}:  # the openai SDK sends one always
@@ -128,7 +130,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             fields["seed"] = body.seed
         gen = state.build_request(served, fields, extras=extras, request_id=request_id(request))
         headers = compat.headers(request)
-        if not (body.stream or body.stream_format is not None):
+        if not streamed:
             job = state.submit(served, Job(gen))
             result = await await_job(served, job, request)
             audio, rate = result.audio, int(result.sample_rate or 0)

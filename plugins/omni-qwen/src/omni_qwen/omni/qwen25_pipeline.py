@@ -12,11 +12,12 @@ Load options (``--option key=value`` / ``Omni(path, key=value)``):
 - ``talker_max_frames``: codes one spoken answer may have at most (default:
   ``talker_max_new_tokens`` of ``generation_config.json`` when it has one, else 4096,
   transformers' default).
-- ``audio_chunk_frames``: 0 (default): token2wav decodes an answer's whole code sequence once the
-  talker stops, as transformers does (token2wav is not causal); N: codes are decoded in chunks of
-  N (the first of ``audio_first_chunk_frames``) with ``audio_left_context`` codes of left
-  context (default 24), so audio streams early but
-  differs from the whole decode (the DiT's noise and its look-ahead differ per chunk).
+- A non-streamed answer's codes are decoded whole once the talker stops, as transformers does
+  (token2wav is not causal). A streamed one (``stream: true``, ``Omni.chat_stream``) is decoded
+  in chunks of ``audio_chunk_frames`` codes (default 24; the first of
+  ``audio_first_chunk_frames``, default 12) with ``audio_left_context`` codes of left context
+  (default 24), so audio comes early but differs from the whole decode (the DiT's noise and its
+  look-ahead differ per chunk); ``audio_chunk_frames=0`` decodes streamed answers whole too.
 - ``token2wav_steps``: ODE steps of the DiT (default 10, transformers' default).
 - ``max_len``: positions of one request's thinker cache, prompt + answer (default 8192).
 
@@ -66,10 +67,10 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         "talker_max_frames": "speech codes per answer at most (default: generation_config.json "
         "talker_max_new_tokens, else 4096)",
         "talker_sample": "on (default): the talker samples as transformers does; off: greedy",
-        "audio_chunk_frames": "0 (default): decode the whole answer's codes at once; N: stream "
-        "chunks of N codes",
-        "audio_first_chunk_frames": "codes in the first streamed chunk (default: "
-        "audio_chunk_frames; smaller: first audio earlier)",
+        "audio_chunk_frames": "codes per chunk of a streamed answer (default 24; 0: decode "
+        "streamed answers whole too; non-streamed ones always are)",
+        "audio_first_chunk_frames": "codes in the first streamed chunk (default 12; smaller: "
+        "first audio earlier)",
         "audio_left_context": "codes of left context per streamed chunk (default 24)",
         "token2wav_steps": "DiT ODE steps (default 10)",
         "max_len": "thinker cache positions per request, prompt + answer (default 8192)",
@@ -100,8 +101,9 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         frames = self.generation.get("talker_max_new_tokens", 4096)
         self.talker_max_frames = int(extra.get("talker_max_frames", frames))
         self.talker_sample = _flag(extra.get("talker_sample", "on"), "talker_sample")
-        self.chunk_frames = int(extra.get("audio_chunk_frames", 0))
-        self.first_chunk_frames = int(extra.get("audio_first_chunk_frames", self.chunk_frames))
+        self.chunk_frames = int(extra.get("audio_chunk_frames", 24))
+        first = int(extra.get("audio_first_chunk_frames", min(12, self.chunk_frames)))
+        self.first_chunk_frames = first
         self.left_context = int(extra.get("audio_left_context", 24))
         self.token2wav_steps = int(extra.get("token2wav_steps", 10))
         self.max_len = int(extra.get("max_len", 8192))
@@ -152,18 +154,17 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         thinker = ThinkerStage(self.model.thinker, self.stop_ids, follow=self.has_talker)
         speech = None
         if self.has_talker:
-            # whole answer: one chunk as long as the talker may run (the runtime reads stop
-            # flags when a chunk is due, so the talker runs to talker_max_frames: a per-request
-            # schedule in the core would let it stop at its end code)
-            rest = self.chunk_frames or self.talker_max_frames
-            first = (self.first_chunk_frames or rest) if self.chunk_frames else rest
+            # streamed answers: chunks with left context; the others (and all of them with
+            # audio_chunk_frames=0) get ChunkSchedule.whole() per request (TalkerFollower)
+            whole = ChunkSchedule.whole()
+            schedule = (
+                ChunkSchedule(first=self.first_chunk_frames or 1, rest=self.chunk_frames)
+                if self.chunk_frames
+                else whole
+            )
             speakers = [self.model.speaker_map[n] for n in self.speaker_names]
             speech = TalkerFollower(
-                self.model,
-                speakers,
-                ChunkSchedule(first=first, rest=rest),
-                steps=self.token2wav_steps,
-                left=self.left_context if self.chunk_frames else 0,
+                self.model, speakers, schedule, steps=self.token2wav_steps, left=self.left_context
             )
 
         def detokenize(ids: list[int]) -> str:

@@ -296,4 +296,6 @@ class TalkerFollower(SpeechFollower):
                 ),
             },
             max_frames=settings.max_frames,
+            # a non-streamed answer is decoded whole, as transformers does
+            schedule=None if state.request.stream else ChunkSchedule.whole(),
         )
