@@ -7,6 +7,7 @@ so the outputs are noise, not pictures or words -- with each installed model plu
     omni generate video <tiny wan>   "..." -o out/video.mp4
     omni generate image <tiny qwen>  "..." -o out/image.png
     omni generate speech "..." --model <tiny tts> -o out/speech.wav
+    omni generate chat <tiny qwen2.5-omni> "..." -o out/chat.wav   (the text on stdout)
 
 and then starts ``omni serve`` ONCE on 127.0.0.1 (a free port) with those checkpoints, a tiny
 Qwen-Image-Edit checkpoint and the default Piper voice (``omni-tts[piper]``; the tiny VITS
@@ -16,6 +17,7 @@ kind with the official ``openai`` client:
     images.generate -> out/server-image.png     images.edit -> out/server-edit.png
     videos.create + poll + download_content -> out/server-video.mp4
     audio.speech.create -> out/server-speech.wav
+    chat.completions.create(modalities=["text", "audio"]) -> out/server-chat.wav
 
 The server is always stopped (SIGTERM, then SIGKILL after a grace period), failure included; its
 log is out/server.log. Any failed step makes the demo exit non-zero. A family whose plugin or
@@ -91,6 +93,14 @@ FAMILIES = [
         command=["speech", "Hello from omni.", "--model", "{model}", "-o", "{out}"],
         output="speech.wav",
         small={"--seed": "0"},
+    ),
+    Family(
+        name="qwen2.5-omni (chat)",
+        builder="omni_qwen.omni.qwen25_tiny:build_tiny_qwen25_omni",
+        builder_kwargs={},
+        command=["chat", "{model}", "Hello, who are you?", "-o", "{out}"],
+        output="chat.wav",
+        small={"--max-tokens": "8", "--seed": "0"},
     ),
 ]
 
@@ -181,7 +191,12 @@ def step_generate(ctx: Context) -> None:
 
 # ----------------------------------------------------------------------------- omni serve
 #: Served model ids by family (the ids the requests use).
-SERVE_IDS = {"wan (video)": "wan", "qwen-image (image)": "qwen", "tts (speech)": "tts"}
+SERVE_IDS = {
+    "wan (video)": "wan",
+    "qwen-image (image)": "qwen",
+    "tts (speech)": "tts",
+    "qwen2.5-omni (chat)": "omni",
+}
 #: Request fields sized for tiny checkpoints on a CPU (Qwen's tiny VAE wants multiples of 32).
 SERVE_SIZE = "64x64"
 SERVE_STEPS = 4
@@ -368,6 +383,22 @@ def request_all(ctx: Context, client: object, served: dict[str, str], url: str) 
         path = ctx.out / "server-speech.wav"
         speech.write_to_file(path)
         _written(ctx, path, started, "audio.speech")
+    if "omni" in served:
+        started = time.perf_counter()
+        print("$ client.chat.completions.create(model='omni', modalities=[text, audio])")
+        answer = client.chat.completions.create(  # type: ignore[attr-defined]
+            model="omni",
+            messages=[{"role": "user", "content": "Hello, who are you?"}],
+            modalities=["text", "audio"],
+            audio={"voice": "Chelsie", "format": "wav"},
+            max_tokens=8,
+            seed=0,
+        )
+        message = answer.choices[0].message
+        print(f"  text: {message.content!r}")
+        path = ctx.out / "server-chat.wav"
+        path.write_bytes(base64.b64decode(message.audio.data))
+        _written(ctx, path, started, "chat.completions (text + audio)")
 
 
 def step_serve(ctx: Context) -> None:

@@ -131,8 +131,15 @@ def generate_chat(
         collector = ChatCollector()
         fields = {k: v for k, v in sampling.items() if v is not None}
         modalities = ["text", "audio"] if output is not None else ["text"]
+        # the text streams to stdout either way; the file is written whole (stream=False: a
+        # model whose codec is not causal decodes the whole answer, as its reference does)
         for delta in omni.chat_stream(
-            messages, modalities=modalities, voice=voice, extras=parse_extras(extras), **fields
+            messages,
+            modalities=modalities,
+            voice=voice,
+            extras=parse_extras(extras),
+            stream=False,
+            **fields,
         ):
             collector.add(delta)
             if delta.text:
