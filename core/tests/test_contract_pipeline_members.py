@@ -28,7 +28,7 @@ DECLARED = frozenset().union(
     *(dir(c) for c in (StagedPipeline, SpeechPipeline, AutoregressiveChatPipeline))
 )
 
-RECORDER = '''
+RECORDER = """
 import sys
 from abc import ABCMeta
 
@@ -113,7 +113,7 @@ class RecordingSpeech(SpeechPipeline, metaclass=RecordingMeta):
     def stream(self, request):
         for _ in range(2):
             yield AudioChunk(samples=np.zeros(160, np.float32), sample_rate=16000)
-'''
+"""
 
 
 class _Plugin:
@@ -122,12 +122,22 @@ class _Plugin:
     @staticmethod
     @hookimpl
     def omni_register_pipelines(register: Any) -> None:
-        register(PipelineSpec(name="recording-video", tasks=("t2v",),
-                              architectures=("RecordingVideo",),
-                              implementation="contract_recorder:RecordingVideo"))
-        register(PipelineSpec(name="recording-speech", tasks=("tts",),
-                              architectures=("RecordingSpeech",),
-                              implementation="contract_recorder:RecordingSpeech"))
+        register(
+            PipelineSpec(
+                name="recording-video",
+                tasks=("t2v",),
+                architectures=("RecordingVideo",),
+                implementation="contract_recorder:RecordingVideo",
+            )
+        )
+        register(
+            PipelineSpec(
+                name="recording-speech",
+                tasks=("tts",),
+                architectures=("RecordingSpeech",),
+                implementation="contract_recorder:RecordingSpeech",
+            )
+        )
 
 
 @pytest.fixture

@@ -23,13 +23,11 @@ iterating a stream steps the runtime itself (steps are serialised by a lock).
 
 from __future__ import annotations
 
-import collections
 import logging
-import threading
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from omni_core.autoregressive.slots import SlotRuntime, SlotStream
 from omni_core.autoregressive.text import ReplyBuffer, TextStages, TextState, TokenOutput
 from omni_core.chat.types import ChatDelta, ChatUsage
 
@@ -39,78 +37,35 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("omni.autoregressive")
 
 
-class ChatStream(Iterator[ChatDelta]):
-    """One answer in a :class:`ChatRuntime`: its text and audio deltas as they are handed out.
-
-    Iterating it steps the runtime until the next delta is ready (the single-request path);
-    the engine instead steps the runtime itself and takes ready deltas with :meth:`poll`.
-    """
+class ChatStream(SlotStream[ChatDelta]):
+    """One answer in a :class:`ChatRuntime`: its text and audio deltas as they are handed out
+    (iterate it, or :meth:`poll` it while the engine steps the runtime)."""
 
     def __init__(self, runtime: ChatRuntime, state: TextState, deadline: float | None) -> None:
-        self.runtime, self.state, self.deadline = runtime, state, deadline
-        self.ready: collections.deque[ChatDelta] = collections.deque()
-        self.finished = False
-        self.error: BaseException | None = None
-        self._cancel: str | None = None
-        # the runtime's bookkeeping
-        self.last: TokenOutput | None = None
-        self.pending: list[TokenOutput] = []
+        super().__init__(runtime, state, deadline)
+        self.state: TextState = state
         self.ids: list[int] = []
         self.text = ""
-        self.chunks = 0
         self.text_done = False
         self.finish_reason: str | None = None
         self.speech: SpeechStream | None = None
-
-    # -- what consumers use ------------------------------------------------------------------
-
-    def poll(self) -> list[ChatDelta]:
-        """The deltas ready now (never blocks, never steps)."""
-        out = list(self.ready)
-        self.ready.clear()
-        return out
-
-    @property
-    def done(self) -> bool:
-        return self.finished or self.error is not None
-
-    def cancel(self, reason: str = "cancelled by the client") -> None:
-        """Leave at the next step boundary with :class:`~omni_core.engine.RequestCancelledError`."""
-        self._cancel = reason
-
-    def close(self) -> None:
-        """Leave the runtime now (between steps); its slot is freed."""
-        self.runtime.close(self)
-
-    def __iter__(self) -> ChatStream:
-        return self
-
-    def __next__(self) -> ChatDelta:
-        while True:
-            if self.ready:
-                return self.ready.popleft()
-            if self.error is not None:
-                raise self.error
-            if self.finished:
-                raise StopIteration
-            self.runtime.step()
 
     @property
     def audio_pending(self) -> bool:
         return self.state.with_audio and not (self.speech is not None and self.speech.finished)
 
 
-class ChatRuntime:
+class ChatRuntime(SlotRuntime[ChatStream]):
     """Serve the :class:`~omni_core.autoregressive.TextStages` of one pipeline (module doc)."""
 
-    def __init__(self, stages: TextStages, *, max_batch: int = 64, device: Any = "cpu") -> None:
-        from omni_core.autoregressive.cache import SlotCache
+    prompt_param = "messages"
 
-        if max_batch < 1:
-            raise ValueError("max_batch must be >= 1")
+    def __init__(self, stages: TextStages, *, max_batch: int = 64, device: Any = "cpu") -> None:
+        super().__init__(
+            stages.decoder, TokenOutput.cat, max_batch=max_batch, max_len=stages.max_len,
+            device=device,
+        )  # fmt: skip
         self.stages = stages
-        self.max_batch = max_batch
-        self.cache = SlotCache(max_batch, stages.max_len, device)
         self.reply: ReplyBuffer | None = None
         self.talker: ARRuntime | None = None
         self.sample_rate: int | None = None
@@ -122,16 +77,6 @@ class ChatRuntime:
                 stages.speech.stages(self.reply), max_batch=max_batch, device=device
             )
             self.sample_rate = self.talker.sample_rate
-        self.lock = threading.RLock()
-        self._waiting: collections.deque[ChatStream] = collections.deque()
-        self._active: list[ChatStream] = []
-        self._free = list(range(max_batch))
-        #: Thinker steps run, rows they carried, host synchronisations (tests read them).
-        self.steps = 0
-        self.rows = 0
-        self.syncs = 0
-
-    # -- joining and leaving -----------------------------------------------------------------
 
     def open(self, state: TextState, *, timeout_s: float | None = None) -> ChatStream:
         """Queue ``state``; it joins at the next step with a free slot."""
@@ -142,52 +87,19 @@ class ChatRuntime:
                 "modalities: this model was loaded without its talker; it answers text only",
                 param="modalities",
             )
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        stream = ChatStream(self, state, deadline)
-        with self.lock:
-            self._waiting.append(stream)
-        return stream
+        return self._queue(ChatStream(self, state, self.deadline(timeout_s)))
 
-    def close(self, stream: ChatStream) -> None:
-        with self.lock:
-            if stream in self._waiting:
-                self._waiting.remove(stream)
-            if stream in self._active:
-                self._release(stream)
-            if not stream.done:
-                from omni_core.engine.job import RequestCancelledError
+    def _fit(self, state: TextState, length: int) -> None:
+        state.prompt_tokens = state.prompt_tokens or length
+        state.max_tokens = min(state.max_tokens, self.stages.max_len - length)
 
-                stream.error = RequestCancelledError("the stream was closed")
+    def _joined(self, stream: ChatStream) -> None:
+        if self.reply is not None:
+            self.reply.reset(stream.state.slot)
 
-    @property
-    def open_streams(self) -> int:
-        return len(self._waiting) + len(self._active)
-
-    def _release(self, stream: ChatStream) -> None:
-        self._active.remove(stream)
-        self._free.append(stream.state.slot)
-        self._free.sort()
+    def _released(self, stream: ChatStream) -> None:
         if stream.speech is not None and not stream.speech.done:
             stream.speech.close()
-        stream.pending, stream.last = [], None
-
-    def _fail(self, stream: ChatStream, exc: BaseException) -> None:
-        if stream in self._active:
-            self._release(stream)
-        elif stream in self._waiting:
-            self._waiting.remove(stream)
-        if stream.error is None:
-            stream.error = exc
-
-    def _drop_expired(self) -> None:
-        from omni_core.engine.job import RequestCancelledError, RequestTimeoutError
-
-        now = time.monotonic()
-        for stream in [*self._waiting, *self._active]:
-            if stream._cancel is not None:
-                self._fail(stream, RequestCancelledError(stream._cancel))
-            elif stream.deadline is not None and now > stream.deadline:
-                self._fail(stream, RequestTimeoutError("the request ran past its time limit"))
 
     # -- one step ----------------------------------------------------------------------------
 
@@ -204,25 +116,9 @@ class ChatRuntime:
                 self._finish(stream)
 
     def _think(self) -> None:
-        rows: list[ChatStream] = []
-        outputs: list[TokenOutput] = []
-        writing = [s for s in self._active if not s.text_done]
-        if writing:
-            try:
-                outputs.append(self._decode(writing))
-                rows.extend(writing)
-            except Exception as exc:
-                log.exception("decode step failed for %d requests", len(writing))
-                for stream in writing:
-                    self._fail(stream, exc)
-        for group in self._joining():
-            out = self._prefill(group)
-            if out is not None:
-                outputs.append(out)
-                rows.extend(group)
+        rows, out = self._forward([s for s in self._active if not s.text_done])
         if not rows:
             return
-        out = TokenOutput.cat(outputs)
         states = [s.state for s in rows]
         if self.reply is not None:
             self.reply.write([s.slot for s in states], [s.tokens for s in states], out)
@@ -241,57 +137,6 @@ class ChatRuntime:
                 due.append(stream)
         if due:
             self._hand_out_text(due)
-
-    def _decode(self, batch: list[ChatStream]) -> TokenOutput:
-        cache = self.cache
-        cache.bind([s.state.slot for s in batch], 1)
-        last = TokenOutput.cat([s.last for s in batch if s.last is not None])
-        out = self.stages.decoder.decode([s.state for s in batch], last, cache)
-        cache.advance()
-        return out
-
-    def _joining(self) -> list[list[ChatStream]]:
-        """Waiting streams that join now (while slots are free), grouped by prompt length."""
-        from omni_core.errors import InvalidRequestError
-
-        groups: dict[int, list[ChatStream]] = {}
-        while self._waiting and len(self._free) > sum(len(g) for g in groups.values()):
-            stream = self._waiting.popleft()
-            state = stream.state
-            try:
-                length = self.stages.decoder.prompt_length(state)
-                if length >= self.stages.max_len:
-                    raise InvalidRequestError(
-                        f"messages: the prompt takes {length} tokens; this model holds "
-                        f"{self.stages.max_len}",
-                        param="messages",
-                    )
-            except Exception as exc:  # noqa: BLE001 - this request fails alone
-                self._fail(stream, exc)
-                continue
-            state.prompt_tokens = state.prompt_tokens or length
-            state.max_tokens = min(state.max_tokens, self.stages.max_len - length)
-            groups.setdefault(length, []).append(stream)
-        return list(groups.values())
-
-    def _prefill(self, group: list[ChatStream]) -> TokenOutput | None:
-        length = self.stages.decoder.prompt_length(group[0].state)
-        for stream in group:
-            stream.state.slot = self._free.pop(0)
-            self._active.append(stream)
-            self.cache.reset_slot(stream.state.slot)
-            if self.reply is not None:
-                self.reply.reset(stream.state.slot)
-        try:
-            self.cache.bind([s.state.slot for s in group], length)
-            out = self.stages.decoder.prefill([s.state for s in group], self.cache)
-            self.cache.advance()
-            return out
-        except Exception as exc:  # this group fails, the others go on
-            log.exception("prefill failed for %d requests", len(group))
-            for stream in group:
-                self._fail(stream, exc)
-            return None
 
     def _hand_out_text(self, due: list[ChatStream]) -> None:
         """Read the due rows' tokens and stop flags (one sync), hand out their new text."""

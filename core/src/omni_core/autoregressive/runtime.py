@@ -20,13 +20,10 @@ of threads may do so: steps are serialised by a lock and advance every open stre
 
 from __future__ import annotations
 
-import collections
 import logging
-import threading
-import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from omni_core.autoregressive.slots import SlotRuntime, SlotStream
 from omni_core.autoregressive.stages import ARState, SpeechStages, StepOutput
 from omni_core.pipelines.base import AudioChunk
 
@@ -39,12 +36,9 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("omni.autoregressive")
 
 
-class SpeechStream(Iterator[AudioChunk]):
-    """One request in an :class:`ARRuntime`: its audio deltas as they are handed out.
-
-    Iterating it steps the runtime until the next delta is ready (the single-request path);
-    the engine instead steps the runtime itself and takes ready deltas with :meth:`poll`.
-    """
+class SpeechStream(SlotStream[AudioChunk]):
+    """One request in an :class:`ARRuntime`: its audio deltas as they are handed out
+    (iterate it, or :meth:`poll` it while the engine steps the runtime)."""
 
     def __init__(
         self,
@@ -53,58 +47,18 @@ class SpeechStream(Iterator[AudioChunk]):
         post: SpeechPostprocessor | None,
         deadline: float | None,
     ) -> None:
-        self.runtime, self.state, self.post, self.deadline = runtime, state, post, deadline
-        self.ready: collections.deque[AudioChunk] = collections.deque()
-        self.finished = False
-        self.error: BaseException | None = None
-        self._cancel: str | None = None
-        # the runtime's bookkeeping
-        self.last: StepOutput | None = None
-        self.pending: list[StepOutput] = []
+        super().__init__(runtime, state, deadline)
+        self.runtime: ARRuntime = runtime
+        self.state: ARState = state
+        self.post = post
         self.context: torch.Tensor | None = None  # [codebooks, frames] already decoded
         self.codes: list[torch.Tensor] = []  # [codebooks, frames] pieces handed out
-        self.chunks = 0
-
-    # -- what consumers use ------------------------------------------------------------------
-
-    def poll(self) -> list[AudioChunk]:
-        """The deltas ready now (never blocks, never steps)."""
-        out = list(self.ready)
-        self.ready.clear()
-        return out
-
-    @property
-    def done(self) -> bool:
-        return self.finished or self.error is not None
-
-    def cancel(self, reason: str = "cancelled by the client") -> None:
-        """Leave at the next step boundary with :class:`~omni_core.engine.RequestCancelledError`."""
-        self._cancel = reason
-
-    def close(self) -> None:
-        """Leave the runtime now (between steps); its cache slot is freed."""
-        self.runtime.close(self)
 
     def all_codes(self) -> torch.Tensor:
         """``[codebooks, frames]`` every frame handed out so far (up to the stop)."""
         import torch
 
         return torch.cat(self.codes, dim=1) if self.codes else torch.zeros(0, 0)
-
-    def __iter__(self) -> SpeechStream:
-        return self
-
-    def __next__(self) -> AudioChunk:
-        while True:
-            if self.ready:
-                return self.ready.popleft()
-            if self.error is not None:
-                raise self.error
-            if self.finished:
-                raise StopIteration
-            self.runtime.step()
-
-    # -- what the runtime does ---------------------------------------------------------------
 
     def _push(self, native: np.ndarray, *, last: bool) -> None:
         import numpy as np
@@ -119,28 +73,18 @@ class SpeechStream(Iterator[AudioChunk]):
                 self.ready.append(AudioChunk(samples=samples, sample_rate=rate))
 
 
-class ARRuntime:
+class ARRuntime(SlotRuntime[SpeechStream]):
     """Serve the :class:`~omni_core.autoregressive.SpeechStages` of one pipeline (module doc)."""
 
+    prompt_param = "input"
+
     def __init__(self, stages: SpeechStages, *, max_batch: int = 64, device: Any = "cpu") -> None:
-        from omni_core.autoregressive.cache import SlotCache
-
-        if max_batch < 1:
-            raise ValueError("max_batch must be >= 1")
+        super().__init__(
+            stages.decoder, StepOutput.cat, max_batch=max_batch, max_len=stages.max_len,
+            device=device,
+        )  # fmt: skip
         self.stages = stages
-        self.max_batch = max_batch
         self.sample_rate = stages.codec.sample_rate
-        self.cache = SlotCache(max_batch, stages.max_len, device)
-        self.lock = threading.RLock()
-        self._waiting: collections.deque[SpeechStream] = collections.deque()
-        self._active: list[SpeechStream] = []
-        self._free = list(range(max_batch))
-        #: Steps run and rows they carried (tests and benchmarks read them).
-        self.steps = 0
-        self.rows = 0
-        self.syncs = 0
-
-    # -- joining and leaving -----------------------------------------------------------------
 
     def open(
         self,
@@ -150,50 +94,18 @@ class ARRuntime:
         timeout_s: float | None = None,
     ) -> SpeechStream:
         """Queue ``state``; it joins at the next step with a free slot."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        stream = SpeechStream(self, state, post, deadline)
-        with self.lock:
-            self._waiting.append(stream)
-        return stream
+        return self._queue(SpeechStream(self, state, post, self.deadline(timeout_s)))
 
-    def close(self, stream: SpeechStream) -> None:
-        with self.lock:
-            if stream in self._waiting:
-                self._waiting.remove(stream)
-            if stream in self._active:
-                self._release(stream)
-            if not stream.done:
-                from omni_core.engine.job import RequestCancelledError
+    def _fit(self, state: ARState, length: int) -> None:
+        state.max_frames = min(state.max_frames, self.stages.max_len - length)
 
-                stream.error = RequestCancelledError("the stream was closed")
+    def _joined(self, stream: SpeechStream) -> None:
+        left, context = self.stages.codec.left_context, stream.state.codec_context
+        if context is not None and left:
+            stream.context = context[:, -left:]
 
-    @property
-    def open_streams(self) -> int:
-        return len(self._waiting) + len(self._active)
-
-    def _release(self, stream: SpeechStream) -> None:
-        self._active.remove(stream)
-        self._free.append(stream.state.slot)
-        self._free.sort()
-        stream.pending, stream.last, stream.context = [], None, None
-
-    def _fail(self, stream: SpeechStream, exc: BaseException) -> None:
-        if stream in self._active:
-            self._release(stream)
-        elif stream in self._waiting:
-            self._waiting.remove(stream)
-        if stream.error is None:
-            stream.error = exc
-
-    def _drop_expired(self) -> None:
-        from omni_core.engine.job import RequestCancelledError, RequestTimeoutError
-
-        now = time.monotonic()
-        for stream in [*self._waiting, *self._active]:
-            if stream._cancel is not None:
-                self._fail(stream, RequestCancelledError(stream._cancel))
-            elif stream.deadline is not None and now > stream.deadline:
-                self._fail(stream, RequestTimeoutError("the request ran past its time limit"))
+    def _released(self, stream: SpeechStream) -> None:
+        stream.context = None
 
     # -- one step ----------------------------------------------------------------------------
 
@@ -203,25 +115,9 @@ class ARRuntime:
 
         with self.lock, torch.inference_mode():
             self._drop_expired()
-            rows: list[SpeechStream] = []
-            outputs: list[StepOutput] = []
-            if self._active:
-                batch = list(self._active)
-                try:
-                    outputs.append(self._decode(batch))
-                    rows.extend(batch)
-                except Exception as exc:
-                    log.exception("decode step failed for %d requests", len(batch))
-                    for stream in batch:
-                        self._fail(stream, exc)
-            for group in self._joining():
-                out = self._prefill(group)
-                if out is not None:
-                    outputs.append(out)
-                    rows.extend(group)
+            rows, out = self._forward(list(self._active))
             if not rows:
                 return
-            out = StepOutput.cat(outputs)
             states = [s.state for s in rows]
             try:
                 for stage in self.stages.frame_stages:
@@ -247,60 +143,6 @@ class ARRuntime:
                     checks.append(stream)
             if due or checks:
                 self._hand_out(due, checks)
-
-    def _decode(self, batch: list[SpeechStream]) -> StepOutput:
-        cache = self.cache
-        cache.bind([s.state.slot for s in batch], 1)
-        last = StepOutput.cat([s.last for s in batch if s.last is not None])
-        out = self.stages.decoder.decode([s.state for s in batch], last, cache)
-        cache.advance()
-        return out
-
-    def _joining(self) -> list[list[SpeechStream]]:
-        """Waiting streams that join now (while slots are free), grouped by prompt length:
-        each group is prefilled in one forward. A prompt that cannot fit fails alone."""
-        from omni_core.errors import InvalidRequestError
-
-        groups: dict[int, list[SpeechStream]] = {}
-        while self._waiting and len(self._free) > sum(len(g) for g in groups.values()):
-            stream = self._waiting.popleft()
-            state = stream.state
-            try:
-                length = self.stages.decoder.prompt_length(state)
-                if length >= self.stages.max_len:
-                    raise InvalidRequestError(
-                        f"input: the prompt takes {length} positions; this model holds "
-                        f"{self.stages.max_len}",
-                        param="input",
-                    )
-            except Exception as exc:  # noqa: BLE001 - this request fails alone
-                self._fail(stream, exc)
-                continue
-            state.max_frames = min(state.max_frames, self.stages.max_len - length)
-            groups.setdefault(length, []).append(stream)
-        return list(groups.values())
-
-    def _prefill(self, group: list[SpeechStream]) -> StepOutput | None:
-        """Prefill prompts of one length together, each into its own slot."""
-        length = self.stages.decoder.prompt_length(group[0].state)
-        left = self.stages.codec.left_context
-        for stream in group:
-            state = stream.state
-            if state.codec_context is not None and left:
-                stream.context = state.codec_context[:, -left:]
-            state.slot = self._free.pop(0)
-            self._active.append(stream)
-            self.cache.reset_slot(state.slot)
-        try:
-            self.cache.bind([s.state.slot for s in group], length)
-            out = self.stages.decoder.prefill([s.state for s in group], self.cache)
-            self.cache.advance()
-            return out
-        except Exception as exc:  # this group fails, the others go on
-            log.exception("prefill failed for %d requests", len(group))
-            for stream in group:
-                self._fail(stream, exc)
-            return None
 
     def _hand_out(self, due: list[SpeechStream], checks: list[SpeechStream] | None = None) -> None:
         """Read the stop flags of the due chunks and of the streams ``checks`` names (one sync),
