@@ -197,6 +197,43 @@ def live_server(
 
 
 @pytest.fixture(scope="session")
+def chat_server(
+    acme_chat: Any, with_chat_plugin: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
+    """A server of chat models: the acme-chat test plugin's ``acme-text`` (a tiny Qwen2) and
+    ``acme-omni`` (with a talker), and a tiny Qwen-Image beside them when omni-qwen is there."""
+    root = tmp_path_factory.mktemp("chat-ckpts")
+    ckpts = Checkpoints(
+        paths={
+            "acme-text": acme_chat.build_tiny_chat(root / "acme-text"),
+            "acme-omni": acme_chat.build_tiny_chat(root / "acme-omni", talker=True, seed=1),
+        }
+    )
+    state_dir = tmp_path_factory.mktemp("chat-state")
+    with with_chat_plugin():  # the models load through it
+        _build(ckpts, "qwen", root, "omni_qwen.testing", "build_tiny_qwen_image", variant="t2i")
+        config = server_config(ckpts, state_dir, allowed_url_hosts=["127.0.0.1"])
+        live = start_server(config, ckpts, state_dir)
+    yield live
+    live.stop()
+
+
+@pytest.fixture(scope="session")
+def chat_client(chat_server: LiveServer) -> Any:
+    import openai
+
+    return openai.OpenAI(
+        base_url=f"{chat_server.url}/v1", api_key=API_KEY, max_retries=0, timeout=120
+    )
+
+
+@pytest.fixture()
+def chat_http(chat_server: LiveServer) -> Iterator[httpx.Client]:
+    with chat_server.http() as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
 def openai_client(live_server: LiveServer) -> Any:
     import openai
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from .chat_files import error_of
 from .conftest import QWEN_SIZE
 
 CHAT = "/v1/chat/completions"
@@ -35,15 +36,6 @@ def _image_of(part: dict) -> tuple[int, int]:
     assert part["type"] == "image_url" and url.startswith("data:image/png;base64,")
     with Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))) as img:
         return img.size
-
-
-def _error(response, status: int, param: str | None = None) -> dict:
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert set(error) >= {"message", "type", "param", "code"}
-    if param is not None:
-        assert error["param"] == param, error
-    return error
 
 
 def test_chat_t2i_openai_client(live_server, openai_client) -> None:
@@ -161,7 +153,7 @@ def test_chat_streaming_raw_sse(live_server, http) -> None:
 def test_chat_invalid_requests(live_server, http, change, param) -> None:
     live_server.need("qwen")
     body = {"model": "qwen", "messages": [{"role": "user", "content": "x"}], **change}
-    _error(http.post(CHAT, json=body), 400, param)
+    error_of(http.post(CHAT, json=body), 400, param)
 
 
 def test_chat_reads_every_user_turn_and_refuses_other_roles(live_server, http) -> None:
@@ -188,7 +180,7 @@ def test_chat_reads_every_user_turn_and_refuses_other_roles(live_server, http) -
         assert response.json()["choices"][0]["message"]["content"][0]["image_url"]["url"] == both
     for role in ("assistant", "tool"):
         body = {"model": "qwen", "messages": [{"role": role, "content": "be nice"}, *turns]}
-        error = _error(http.post(CHAT, json=body), 400, "messages[0]")
+        error = error_of(http.post(CHAT, json=body), 400, "messages[0]")
         assert role in error["message"]
 
 
@@ -197,11 +189,11 @@ def test_chat_refuses_non_image_models_and_foreign_urls(live_server, http) -> No
     for other in ("tts", "wan"):
         if live_server.has(other):
             body = {"model": other, "messages": [{"role": "user", "content": "hello"}]}
-            _error(http.post(CHAT, json=body), 400, "model")
+            error_of(http.post(CHAT, json=body), 400, "model")
     part = {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}
     body = {"model": "qwen", "messages": [{"role": "user", "content": [part]}]}
     body["messages"][0]["content"].insert(0, {"type": "text", "text": "edit"})
-    error = _error(http.post(CHAT, json=body), 400)
+    error = error_of(http.post(CHAT, json=body), 400)
     assert error["code"] == "url_fetch_disabled"
 
 

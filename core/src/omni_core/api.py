@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from omni_core import chat_api
 from omni_core.config import (
     AttentionConfig,
     CacheConfig,
@@ -289,6 +290,8 @@ class Omni:
         """Stop parallel workers, if any (idempotent; a local pipeline needs nothing)."""
         self.pipeline.close()
 
+    chat, chat_stream = chat_api.chat, chat_api.chat_stream  # conversations: chat models
+
     def __enter__(self) -> Omni:
         return self
 
@@ -375,26 +378,9 @@ class Omni:
 
 
 def _collect_speech(pipeline: SpeechPipeline, request: GenerationRequest) -> GenerationResult:
-    import numpy as np
+    from omni_core.engine.collect import SpeechCollector
 
-    t0 = time.perf_counter()
-    chunks: list[AudioChunk] = []
-    first: float | None = None
+    collector = SpeechCollector()
     for chunk in pipeline.stream(request):
-        if first is None:
-            first = time.perf_counter() - t0
-        chunks.append(chunk)
-    if not chunks:
-        raise InvalidRequestError("the model produced no audio", param="input")
-    audio = np.concatenate([c.samples for c in chunks]).astype(np.float32)
-    rate = chunks[0].sample_rate
-    total = time.perf_counter() - t0
-    return GenerationResult(
-        audio=audio,
-        sample_rate=rate,
-        timings={
-            "time_to_first_audio_s": first or 0.0,
-            "generate_s": total,
-            "real_time_factor": total / max(len(audio) / rate, 1e-9),
-        },
-    )
+        collector.add(chunk)
+    return collector.result()

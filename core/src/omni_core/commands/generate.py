@@ -1,9 +1,10 @@
-"""`omni generate video|image|speech`: one generation from the command line.
+"""`omni generate video|image|speech|chat`: one generation from the command line.
 
 Everything that can be checked is checked before weights load (options, sizes, frame counts,
 images, extras, through the pipeline's :meth:`~omni_core.pipelines.base.Pipeline.precheck`),
 so a typo costs a second, not a model load; such errors exit with code 2. ``speech`` lives in
-:mod:`omni_core.commands.speech` and is imported only when used.
+:mod:`omni_core.commands.speech` and ``chat`` in :mod:`omni_core.commands.chat`, each imported
+only when used.
 """
 
 from __future__ import annotations
@@ -25,8 +26,14 @@ from omni_core.commands.options import (
 )
 from omni_core.errors import InvalidRequestError, OmniError
 
-SUBCOMMANDS = {"speech": "omni_core.commands.speech:generate_speech"}
-SUBCOMMAND_HELP = {"speech": "Speak text with a speech model (writes WAV/MP3/FLAC)."}
+SUBCOMMANDS = {
+    "speech": "omni_core.commands.speech:generate_speech",
+    "chat": "omni_core.commands.chat:generate_chat",
+}
+SUBCOMMAND_HELP = {
+    "speech": "Speak text with a speech model (writes WAV/MP3/FLAC).",
+    "chat": "Answer a prompt with a chat model (text; speech from omni models).",
+}
 
 
 class GenerateGroup(LazyGroup):
@@ -63,7 +70,7 @@ def _unavailable(name: str, exc: Exception) -> click.Command:
 
 @click.group(cls=GenerateGroup, lazy_commands=SUBCOMMANDS)
 def generate() -> None:
-    """Generate an image, a video or speech with an installed pipeline."""
+    """Generate an image, a video, speech or a chat answer with an installed pipeline."""
 
 
 def _common_options(func: Any) -> Any:

@@ -9,10 +9,13 @@ import threading
 import time
 import traceback
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from omni_core.autoregressive.chat_runtime import ChatStream
 from omni_core.autoregressive.runtime import SpeechStream
+from omni_core.chat.pipeline import ChatPipeline
+from omni_core.engine.collect import Collector, open_stream
 from omni_core.engine.job import (
     EngineObserver,
     EngineStoppedError,
@@ -23,11 +26,9 @@ from omni_core.engine.job import (
     RequestTimeoutError,
     describe_failure,
     failure_error,
-    speech_result,
 )
 from omni_core.errors import InvalidRequestError
 from omni_core.pipelines.base import (
-    AudioChunk,
     DenoiseState,
     GenerationRequest,
     GenerationResult,
@@ -44,9 +45,8 @@ log = logging.getLogger("omni.engine")
 class _Running:
     job: Job
     state: DenoiseState | None = None
-    stream: Iterator[AudioChunk] | None = None
-    chunks: list[AudioChunk] = field(default_factory=list)
-    first_chunk_s: float | None = None
+    stream: Iterator[Any] | None = None  # AudioChunk (speech) or ChatDelta (chat) objects
+    collector: Collector | None = None
 
 
 class Engine:
@@ -70,11 +70,11 @@ class Engine:
         self.max_queue = max_queue
         self.request_timeout_s = request_timeout_s
         self.observer: EngineObserver = observer or NullObserver()
-        self.kind: Literal["staged", "speech"] = (
-            "speech" if isinstance(pipeline, SpeechPipeline) else "staged"
-        )
-        if self.kind == "staged" and not isinstance(pipeline, StagedPipeline):
-            raise TypeError(f"{type(pipeline).__name__} is neither a staged nor a speech pipeline")
+        kinds = {ChatPipeline: "chat", SpeechPipeline: "speech", StagedPipeline: "staged"}
+        kind = next((k for cls, k in kinds.items() if isinstance(pipeline, cls)), None)
+        if kind is None:
+            raise TypeError(f"{type(pipeline).__name__} is not a staged, speech or chat pipeline")
+        self.kind: Literal["staged", "speech", "chat"] = kind  # type: ignore[assignment]
         self._pending: collections.deque[Job] = collections.deque()
         self._running: list[_Running] = []
         self._cond = threading.Condition()
@@ -217,9 +217,8 @@ class Engine:
                 log.exception("request %s: start callback failed", job.id)
         entry = _Running(job)
         try:
-            if self.kind == "speech":
-                assert isinstance(self.pipeline, SpeechPipeline)
-                entry.stream = iter(self.pipeline.stream(job.request))
+            if self.kind != "staged":  # a chat or speech stream and what gathers its pieces
+                entry.stream, entry.collector = open_stream(self.pipeline, job)
             else:
                 assert isinstance(self.pipeline, StagedPipeline)
                 entry.state = self.pipeline.prepare(job.request)
@@ -264,7 +263,7 @@ class Engine:
                 if entry in self._running and entry.state is not None and entry.state.done:
                     self._decode(entry)
         if speech:
-            runtime = self.pipeline.shared_runtime() if self.kind == "speech" else None
+            runtime = self.pipeline.shared_runtime() if self.kind != "staged" else None
             if runtime is not None:  # one shared step for every stream, then take what is ready
                 runtime.step()
             for entry in speech:
@@ -309,14 +308,14 @@ class Engine:
         assert entry.stream is not None
         job = entry.job
         try:
-            if polled and isinstance(entry.stream, SpeechStream):
+            if polled and isinstance(entry.stream, SpeechStream | ChatStream):
                 chunks, stream = entry.stream.poll(), entry.stream
                 if stream.error is not None:
                     raise stream.error
             else:  # a stream that advances alone
                 chunks, stream = [next(entry.stream)], None
         except StopIteration:
-            self._finish_speech(entry)
+            self._finish_stream(entry)
             return
         except InvalidRequestError as exc:
             self._fail(entry, exc)
@@ -325,23 +324,23 @@ class Engine:
             self._log_failure(job, exc)
             self._fail(entry, failure_error(exc))
             return
-        if chunks and entry.first_chunk_s is None and job.started_at is not None:
-            entry.first_chunk_s = time.monotonic() - job.started_at
-        entry.chunks += chunks
+        assert entry.collector is not None
+        for chunk in chunks:
+            entry.collector.add(chunk)
         try:
             for chunk in chunks if job.on_chunk is not None else ():
                 job.on_chunk(chunk)
         except Exception:
             log.exception("request %s: chunk sink failed", job.id)
         if stream is not None and stream.finished:
-            self._finish_speech(entry)
+            self._finish_stream(entry)
 
-    def _finish_speech(self, entry: _Running) -> None:
-        if not entry.chunks:
-            self._fail(entry, InvalidRequestError("the model produced no audio", param="input"))
-            return
-        total = time.monotonic() - (entry.job.started_at or entry.job.submitted_at)
-        self._succeed(entry, speech_result(entry.chunks, entry.first_chunk_s or 0.0, total))
+    def _finish_stream(self, entry: _Running) -> None:
+        assert entry.collector is not None
+        try:
+            self._succeed(entry, entry.collector.result())
+        except InvalidRequestError as exc:  # e.g. a speech stream that made no audio
+            self._fail(entry, exc)
 
     # -- completion ----------------------------------------------------------------------------
 

@@ -1,4 +1,6 @@
-"""The one compatibility mechanism: other servers' request fields -> omni's, by table.
+"""The one compatibility mechanism: other servers' request fields -> omni's, by table. Long
+because every endpoint's table lives here, next to the one function that applies them (one
+place to read what any foreign field becomes).
 
 Clients written for vLLM-Omni (and OpenAI's chat API) send names and semantics omni spells
 differently. Every route passes its body through :func:`translate` with its endpoint's table,
@@ -46,8 +48,9 @@ class Rule:
 
     ``accept`` (for ``ignore``) tells the values that cannot change the output; any other
     value is refused with ``why``. For ``refuse`` it tells the values omni honours itself
-    (kept as they are); only the others are refused. ``native`` (for ``rename``): keep the
-    name as is when the pipeline's extras model declares it (the pipeline honours it).
+    (kept as they are); only the others are refused. ``native``: keep the
+    name and value as they are when the pipeline's extras model declares it (the pipeline
+    honours it).
     """
 
     action: Action
@@ -71,6 +74,10 @@ class Report:
         if self.adjusted:
             out[ADJUSTED_HEADER] = "; ".join(self.adjusted)
         return out
+
+
+def _no_tool(value: Any) -> bool:
+    return value in (None, "none", "auto")
 
 
 def _falsy(value: Any) -> bool:
@@ -121,6 +128,10 @@ _CHAT_SAMPLING = (
     "parallel_tool_calls",
 )
 
+_UNSAMPLED = "this penalty is not applied by omni's sampler (temperature, top_p, top_k, seed)"
+_NO_TOOLS = "tool calls are not served"
+_UNSTOPPED = "stop sequences are not served; an answer ends at the model's end token or max_tokens"
+
 TABLES: dict[str, dict[str, Rule]] = {
     "images.generations": _IMAGE,
     "images.edits": {
@@ -149,7 +160,43 @@ TABLES: dict[str, dict[str, Rule]] = {
             accept=lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
             why="structured text output needs a text model; none is served",
         ),
-        "audio": Rule("refuse", why="audio output from chat is not served yet"),
+        "audio": Rule("refuse", why="this model makes images; audio answers need an omni model"),
+    },
+    "chat.answers": {
+        "extra_body": _MERGE,
+        "max_completion_tokens": Rule("rename", "max_tokens"),
+        "n": Rule("ignore", accept=lambda v: v in (None, 1), why="one answer per request"),
+        **{
+            name: Rule("ignore", accept=lambda v: v in (None, 0, 0.0), why=_UNSAMPLED)
+            for name in ("presence_penalty", "frequency_penalty")
+        },
+        "repetition_penalty": Rule(
+            "ignore", accept=lambda v: v in (None, 1, 1.0), why=_UNSAMPLED, native=True
+        ),
+        "stop": Rule("ignore", accept=lambda v: v in (None, [], ""), why=_UNSTOPPED),
+        "logit_bias": Rule("ignore", accept=lambda v: not v, why="token biases are not served"),
+        "logprobs": Rule("ignore", accept=_falsy, why="token logprobs are not reported"),
+        "top_logprobs": Rule("ignore", accept=_falsy, why="token logprobs are not reported"),
+        "tools": Rule("ignore", accept=lambda v: not v, why=_NO_TOOLS),
+        "functions": Rule("ignore", accept=lambda v: not v, why=_NO_TOOLS),
+        "tool_choice": Rule("ignore", accept=_no_tool, why=_NO_TOOLS),
+        "function_call": Rule("ignore", accept=_no_tool, why=_NO_TOOLS),
+        "parallel_tool_calls": Rule("ignore", why="no tools are served: nothing to call"),
+        "response_format": Rule(
+            "ignore",
+            accept=lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
+            why="structured (JSON) output is not served; the answer is free text",
+        ),
+        "sampling_params_list": Rule(
+            "refuse",
+            native=True,
+            why="vLLM-Omni's per-stage sampling; send temperature, top_p, top_k, seed and "
+            "max_tokens at the top level (they steer the text)",
+        ),
+        "user": Rule("ignore", why="an end-user tag; omni does not track users"),
+        "metadata": Rule("ignore", why="tags for OpenAI's stored completions"),
+        "store": Rule("ignore", why="omni stores no completions"),
+        "service_tier": Rule("ignore", why=_INTERNAL),
     },
     "speech": {
         "extra_body": _MERGE,
@@ -226,8 +273,10 @@ def translate(
         if name not in body or rule.action in ("merge", "size"):
             continue
         value = body[name]
+        if rule.native and name in declared:
+            continue  # the pipeline honours it itself (an extra it declares)
         if rule.action == "rename":
-            if (rule.native and name in declared) or rule.target == name:
+            if rule.target == name:
                 continue
             body.pop(name)
             if rule.target in body and body[rule.target] != value:

@@ -12,7 +12,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
@@ -26,6 +26,10 @@ from omni_core.serving.config import ServerConfig
 from omni_core.serving.errors import APIError, from_exception, from_validation_error, invalid
 from omni_core.serving.models import ServedModel
 from omni_core.serving.schemas import parse_size
+
+if TYPE_CHECKING:  # pragma: no cover
+    from omni_core.pipelines.base import GenerationRequest
+    from omni_core.serving.state import ServerState
 
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 
@@ -299,6 +303,26 @@ async def await_job(served: ServedModel, job: Job, request: Request | None = Non
     finally:
         if watcher is not None:
             watcher.cancel()
+
+
+async def submit_streaming(
+    state: ServerState, served: ServedModel, request: GenerationRequest
+) -> tuple[Job, asyncio.Queue[Any], Any]:
+    """Submit a job whose pieces (speech chunks, chat deltas) are put on a queue as they are
+    made, then its finished future; returns the job, the queue and its first item (so an error
+    before any output is still an HTTP status). A client gone meanwhile cancels the job."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    job = Job(request, on_chunk=lambda item: loop.call_soon_threadsafe(queue.put_nowait, item))
+    job.future.add_done_callback(lambda fut: loop.call_soon_threadsafe(queue.put_nowait, fut))
+    state.submit(served, job)
+    try:
+        first = await queue.get()
+    except asyncio.CancelledError:
+        if served.engine is not None:
+            served.engine.cancel(job, "the client disconnected")
+        raise
+    return job, queue, first
 
 
 async def _disconnected(request: Request | None) -> None:

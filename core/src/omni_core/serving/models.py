@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from omni_core.chat.pipeline import ChatPipeline
+from omni_core.chat_api import chat_request
 from omni_core.engine import Engine, EngineObserver
 from omni_core.requests import warmup_request
 from omni_core.serving.config import ModelSource, ServerConfig
@@ -21,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("omni.serving")
 
-Modality = Literal["image", "video", "speech"]
+Modality = Literal["image", "video", "speech", "chat"]
 
 
 def load_omni(source: ModelSource, config: ServerConfig) -> Omni:
@@ -66,6 +68,17 @@ class ServedModel:
             "tasks": list(self.tasks),
             "pipeline": self.omni.spec.name if self.omni is not None else None,
             "lora": self._lora(),
+            **self._chat(),
+        }
+
+    def _chat(self) -> dict[str, Any]:
+        """A chat model's answer modalities (``["text"]``, or with ``"audio"``) and voices."""
+        if self.omni is None or not isinstance(self.omni.pipeline, ChatPipeline):
+            return {}
+        pipeline = self.omni.pipeline
+        return {
+            "modalities": list(pipeline.output_modalities),
+            "voices": [v.id for v in pipeline.voices()],
         }
 
     def _lora(self) -> dict[str, Any] | None:
@@ -97,7 +110,16 @@ class ServedModel:
         self.engine = engine.start()
         if config.warmup:
             try:
-                request = warmup_request(omni.pipeline, self.warmup_fields(config))
+                if isinstance(omni.pipeline, ChatPipeline):
+                    request = chat_request(  # every modality it answers with, briefly
+                        omni.pipeline,
+                        "Hello.",
+                        max_tokens=2,
+                        modalities=omni.pipeline.output_modalities,
+                        request_id="warmup",
+                    )
+                else:
+                    request = warmup_request(omni.pipeline, self.warmup_fields(config))
                 engine.run(request, timeout=3600)
             except Exception as exc:
                 engine.stop(drain=False, timeout=5)
@@ -148,12 +170,14 @@ class ServedModel:
 def pick(
     models: Mapping[str, ServedModel],
     model: str | None,
-    modality: Modality,
+    modality: Modality | tuple[Modality, ...],
     task: str | None = None,
 ) -> ServedModel:
-    """The served model a request names (or the only one of this modality), ready to serve."""
+    """The served model a request names (or the only one of this modality), ready to serve;
+    ``modality`` may be several (a route serving either)."""
+    accepted = modality if isinstance(modality, tuple) else (modality,)
     if model is None:
-        candidates = [m for m in models.values() if m.modality == modality or m.status == "loading"]
+        candidates = [m for m in models.values() if m.modality in accepted or m.status == "loading"]
         if len(candidates) != 1:
             raise APIError(
                 400,
@@ -187,10 +211,10 @@ def pick(
             type="server_error",
             code="model_unavailable",
         )
-    if served.modality != modality:
+    if served.modality not in accepted:
         raise APIError(
             400,
-            f"model {served.id!r} produces {served.modality}, not {modality}",
+            f"model {served.id!r} produces {served.modality}, not {' or '.join(accepted)}",
             param="model",
             code="model_not_supported",
         )

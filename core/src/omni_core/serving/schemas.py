@@ -176,3 +176,44 @@ class ChatBody(_Body):
         None,
         description="LoRA adapters loaded with --lora, by name: [{'name', 'scale'}] (or one).",
     )
+
+
+class ChatAudio(BaseModel):
+    """The ``audio`` object of a chat request: the answer's voice and file format."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    voice: str | dict[str, Any] | None = Field(
+        None, description="A voice of the model (GET /v1/audio/voices); default: its first."
+    )
+    format: Literal["wav", "mp3", "flac", "pcm16"] | None = Field(
+        None, description='Default "wav" (whole answers) or "pcm16" (streamed deltas).'
+    )
+
+    def voice_id(self) -> str | None:
+        voice = self.voice.get("id") if isinstance(self.voice, dict) else self.voice
+        return str(voice) if voice else None
+
+
+class ChatAnswerBody(_Body):
+    """POST /v1/chat/completions for chat models (text, and speech for omni models).
+
+    ``max_completion_tokens`` (OpenAI's newer name) arrives here as ``max_tokens`` (compat)."""
+
+    messages: list[dict[str, Any]] = Field(min_length=1, max_length=256)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    modalities: list[Literal["text", "audio"]] = Field(
+        ["text"], min_length=1, max_length=2, description='["text"] or ["text", "audio"].'
+    )
+    audio: ChatAudio | None = None
+    max_tokens: int | None = Field(None, ge=1, le=32768)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1, le=100000, description="0 or -1: every token.")
+    seed: int | None = Field(None, ge=0, lt=2**63)
+
+    @field_validator("stream", mode="before")
+    @classmethod
+    def _no_null(cls, value: Any) -> Any:
+        return False if value is None else value

@@ -9,8 +9,8 @@ assistant or tool message is a 400 (earlier answers cannot be fed to an image mo
 answer is a ``chat.completion`` whose assistant message ``content`` is a list of ``image_url``
 parts holding data-URL images; ``stream: true`` sends ``chat.completion.chunk`` events, the
 image in the last one, then ``[DONE]``. The request runs through the same request path and
-engine as ``/v1/images``. ``modalities`` is where text and audio answers will be asked for once
-omni serves such models.
+engine as ``/v1/images``. Requests for chat models (text and omni models) are answered by
+:mod:`omni_core.serving.routes.chat_answers`: the served model decides which path a body takes.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from omni_core.engine import Job
 from omni_core.serving import compat, media
 from omni_core.serving.errors import from_exception, invalid
 from omni_core.serving.http import await_job, diffusion_fields, read_json, request_id, validate
-from omni_core.serving.models import pick
+from omni_core.serving.models import Modality, pick
 from omni_core.serving.openapi import body_spec
+from omni_core.serving.routes import chat_answers
 from omni_core.serving.schemas import ChatBody
 from omni_core.serving.state import ServerState
 
@@ -111,29 +112,40 @@ def _prompt(body: ChatBody, request: Request) -> tuple[str, list[str]]:
     return prompt, images
 
 
+def _kinds(data: dict[str, Any]) -> tuple[Modality, ...]:
+    """The served models a body may mean: image and chat models alike, unless it names no
+    model and its ``modalities`` tell which (``["image"]``, or text / audio)."""
+    modalities = data.get("modalities")
+    if data.get("model") is None and isinstance(modalities, list) and modalities:
+        return ("image",) if all(m == "image" for m in modalities) else ("chat",)
+    return ("image", "chat")
+
+
 def add_routes(router: APIRouter, state: ServerState) -> None:
     config = state.config
 
     @router.post(
         "/chat/completions",
-        summary="Generate or edit images through OpenAI's chat API (vLLM-Omni's shape)",
+        summary="Chat: text (and speech) answers of chat models; images from image models",
         openapi_extra=body_spec(
             ChatBody, multipart=False, json_body=True, files={}, model_ids=state.models
         ),
     )
     async def chat(request: Request) -> Response:
         data = await read_json(request, config)
+        served = pick(state.models, compat.model_of(data), _kinds(data))
+        if served.modality == "chat":
+            return await chat_answers.answer(state, served, data, request)
         modalities = data.get("modalities")
         if modalities is not None and (
             not isinstance(modalities, list) or any(m not in SERVED_MODALITIES for m in modalities)
         ):
             raise invalid(
-                f"modalities={modalities!r}: this server answers chat with images only "
-                "(text and audio answers need a text or omni model; none is served)",
+                f"modalities={modalities!r}: the model {served.id!r} answers chat with images "
+                "only (text and audio answers need a chat model)",
                 "modalities",
                 code="unsupported_parameter",
             )
-        served = pick(state.models, compat.model_of(data), "image")
         data = compat.translate("chat", data, request, served.pipeline)
         body = validate(ChatBody, data)
         prompt, urls = _prompt(body, request)

@@ -20,7 +20,13 @@ from omni_core.engine import Job
 from omni_core.pipelines.base import AudioChunk, GenerationResult, SpeechPipeline
 from omni_core.serving import compat, media
 from omni_core.serving.errors import APIError, from_exception
-from omni_core.serving.http import await_job, read_json, request_id, validate
+from omni_core.serving.http import (
+    await_job,
+    read_json,
+    request_id,
+    submit_streaming,
+    validate,
+)
 from omni_core.serving.models import pick
 from omni_core.serving.openapi import body_spec
 from omni_core.serving.routes import voices
@@ -126,18 +132,9 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
 
         # stream_format wins; stream: true alone is vLLM-Omni's request for events.
         sse = (body.stream_format or "sse") == "sse"
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Item] = asyncio.Queue()
-        job = Job(gen, on_chunk=lambda chunk: loop.call_soon_threadsafe(queue.put_nowait, chunk))
-        job.future.add_done_callback(lambda fut: loop.call_soon_threadsafe(queue.put_nowait, fut))
-        state.submit(served, job)
+        job, queue, first = await submit_streaming(state, served, gen)
         engine = served.engine
         assert engine is not None
-        try:
-            first = await queue.get()
-        except asyncio.CancelledError:
-            engine.cancel(job, "the client disconnected")
-            raise
         if isinstance(first, AudioChunk):
             rate = first.sample_rate
         else:  # the future finished before any audio

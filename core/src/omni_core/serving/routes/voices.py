@@ -1,4 +1,5 @@
-"""``/v1/audio/voices``: the voices of the served speech models, and uploaded voices.
+"""``/v1/audio/voices``: the voices of the served speech models (and of omni models' spoken
+answers), and uploaded voices.
 
 ``GET`` lists both (vLLM-Omni's ``voices`` names plus omni's ``data`` with languages, models and
 ``uploaded``); ``POST`` (multipart: ``name``, the ``audio`` file, optional ``transcript``,
@@ -15,7 +16,8 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
-from omni_core.pipelines.base import ReferenceVoice, SpeechPipeline
+from omni_core.chat.pipeline import ChatPipeline
+from omni_core.pipelines.base import ReferenceVoice, SpeechPipeline, Voice
 from omni_core.serving import media
 from omni_core.serving.errors import APIError, from_exception, invalid
 from omni_core.serving.http import form_fields, form_files, read_form, upload_bytes
@@ -34,7 +36,7 @@ def store_of(state: ServerState) -> VoiceStore:
     return store
 
 
-def _speech_models(state: ServerState, model: str | None) -> list[ServedModel]:
+def _ready_models(state: ServerState, model: str | None) -> list[ServedModel]:
     if model is not None and model not in state.models:
         raise APIError(
             404,
@@ -45,10 +47,22 @@ def _speech_models(state: ServerState, model: str | None) -> list[ServedModel]:
     return [
         served
         for served in state.models.values()
-        if served.status == "ready"
-        and isinstance(served.pipeline, SpeechPipeline)
-        and (model is None or served.id == model)
+        if served.status == "ready" and (model is None or served.id == model)
     ]
+
+
+def _speech_models(state: ServerState, model: str | None) -> list[ServedModel]:
+    return [s for s in _ready_models(state, model) if isinstance(s.pipeline, SpeechPipeline)]
+
+
+def _voices_of(served: ServedModel) -> list[Voice]:
+    """The voices a served model speaks in: a speech model's, or an omni model's answers'."""
+    pipeline = served.pipeline
+    if isinstance(pipeline, SpeechPipeline):
+        return pipeline.voices()
+    if isinstance(pipeline, ChatPipeline) and "audio" in pipeline.output_modalities:
+        return pipeline.voices()
+    return []
 
 
 async def reference_for(
@@ -102,14 +116,14 @@ async def reference_for(
 
 
 def add_routes(router: APIRouter, state: ServerState) -> None:
-    @router.get("/audio/voices", summary="Voices of the served speech models, and uploaded ones")
+    @router.get(
+        "/audio/voices", summary="Voices of the served speech and omni models, and uploaded ones"
+    )
     async def voices(model: str | None = Query(None, max_length=500)) -> dict[str, Any]:
         served_models = _speech_models(state, model)
         data = []
-        for served in served_models:
-            pipeline = served.pipeline
-            assert isinstance(pipeline, SpeechPipeline)
-            for voice in pipeline.voices():
+        for served in _ready_models(state, model):
+            for voice in _voices_of(served):
                 data.append(
                     {
                         "id": voice.id,

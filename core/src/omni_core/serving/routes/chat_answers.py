@@ -1,0 +1,208 @@
+"""``POST /v1/chat/completions`` for chat models: text answers, and spoken ones from omni models,
+in OpenAI's shapes (:mod:`omni_core.serving.routes.chat` hands chat models' requests here).
+
+The body passes :func:`omni_core.serving.compat.translate` (``max_completion_tokens``, sampling
+fields omni does not apply, tools, ...), its ``messages`` become
+:class:`~omni_core.chat.ChatMessage` objects with decoded media
+(:mod:`omni_core.serving.chat_inputs`), and the request runs on the model's engine.
+
+- ``modalities: ["text"]`` (the default) answers ``message.content``; ``["text", "audio"]``
+  adds ``message.audio`` ``{id, data (base64), transcript, expires_at}`` in ``audio.format``
+  (wav unless told: mp3, flac, pcm16) spoken in ``audio.voice``. A model loaded without its
+  talker (or a text-only one) answers a 400 naming ``modalities``.
+- ``stream: true`` sends ``chat.completion.chunk`` events: ``delta.content`` text pieces (with
+  ``delta.audio.transcript`` the same piece when audio is asked for), ``delta.audio.data``
+  pieces of the encoded audio (pcm16 unless told; concatenated, the pieces are the file), the
+  ``finish_reason`` with ``audio.expires_at``, a ``usage`` chunk with
+  ``stream_options.include_usage``, then ``[DONE]``.
+
+An assistant turn may name an earlier spoken answer by ``audio.id`` alone (as OpenAI's
+multi-turn audio examples do): its transcript is kept for :data:`AUDIO_TTL_S`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from concurrent.futures import Future
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from omni_core.chat.types import ChatDelta, ChatUsage
+from omni_core.engine import Job
+from omni_core.pipelines.base import GenerationResult
+from omni_core.serving import chat_inputs, compat, media
+from omni_core.serving.errors import from_exception
+from omni_core.serving.http import await_job, request_id, submit_streaming, validate
+from omni_core.serving.models import ServedModel
+from omni_core.serving.schemas import ChatAnswerBody, ChatAudio
+from omni_core.serving.state import ServerState
+
+#: Seconds an audio answer's transcript is kept for later turns that name it (``expires_at``).
+AUDIO_TTL_S = 3600
+#: Most transcripts kept per server (the oldest go first).
+MAX_TRANSCRIPTS = 4096
+#: What a streaming job's queue carries: the deltas, then the job's finished future.
+Item = ChatDelta | Future[GenerationResult]
+
+_TRANSCRIPTS: weakref.WeakKeyDictionary[ServerState, OrderedDict[str, tuple[float, str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _transcripts(state: ServerState) -> OrderedDict[str, tuple[float, str]]:
+    kept = _TRANSCRIPTS.setdefault(state, OrderedDict())
+    now = time.time()
+    while kept and (len(kept) > MAX_TRANSCRIPTS or next(iter(kept.values()))[0] < now):
+        kept.popitem(last=False)
+    return kept
+
+
+def _usage(usage: ChatUsage) -> dict[str, int]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def _codec(fmt: str) -> str:
+    return "pcm" if fmt == "pcm16" else fmt
+
+
+async def answer(
+    state: ServerState, served: ServedModel, data: dict[str, Any], request: Request
+) -> Response:
+    """Answer one chat request of a chat model (the body is read, the model picked)."""
+    data = compat.translate("chat.answers", data, request, served.pipeline)
+    body = validate(ChatAnswerBody, data)
+    kept = _transcripts(state)
+    parsed = chat_inputs.parse_messages(body.messages, {k: v[1] for k, v in kept.items()})
+    await chat_inputs.decode_media(parsed, state, request)
+    spoken = "audio" in body.modalities
+    audio = body.audio or ChatAudio()
+    if body.audio is not None and not spoken:
+        compat.ignore(request, "audio")  # no audio is asked for: it cannot change the answer
+    fmt = audio.format or ("pcm16" if body.stream else "wav")
+    fields: dict[str, Any] = {
+        "messages": parsed.messages,
+        "modalities": ("text", "audio") if spoken else ("text",),
+        "voice": audio.voice_id() if spoken else None,
+        "max_tokens": body.max_tokens,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "top_k": 0 if body.top_k == -1 else body.top_k,
+        "seed": body.seed,
+    }
+    fields = {k: v for k, v in fields.items() if v is not None}
+    gen = state.build_request(served, fields, extras=body.extras(), request_id=request_id(request))
+    cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    audio_id = f"audio_{uuid.uuid4().hex}"
+    expires = created + AUDIO_TTL_S
+    head = {"id": cid, "created": created, "model": served.id}
+    headers = compat.headers(request)
+
+    def remember(transcript: str) -> None:
+        kept[audio_id] = (float(expires), transcript)
+
+    if not body.stream:
+        result = await await_job(served, state.submit(served, Job(gen)), request)
+        text = result.text or ""
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if spoken:
+            import numpy as np
+
+            samples = result.audio if result.audio is not None else np.zeros(0, np.float32)
+            rate = int(result.sample_rate or 24000)
+            encoded = await asyncio.to_thread(media.encode_audio, samples, rate, _codec(fmt))
+            message["audio"] = {
+                "id": audio_id,
+                "data": media.b64(encoded),
+                "expires_at": expires,
+                "transcript": text,
+            }
+            headers["x-omni-sample-rate"] = str(rate)
+            remember(text)
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": result.info.get("finish_reason", "stop"),
+        }
+        return JSONResponse(
+            {
+                **head,
+                "object": "chat.completion",
+                "choices": [choice],
+                "usage": _usage(result.info.get("usage") or ChatUsage()),
+            },
+            headers=headers,
+        )
+
+    job, queue, first = await submit_streaming(state, served, gen)
+    engine = served.engine
+    assert engine is not None
+    if isinstance(first, Future) and first.exception() is not None:
+        raise from_exception(first.exception())  # type: ignore[arg-type]
+    include_usage = bool((body.stream_options or {}).get("include_usage"))
+
+    def event(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> bytes:
+        choices = (
+            []
+            if delta is None
+            else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+        )
+        chunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
+        return f"data: {json.dumps(chunk)}\n\n".encode()
+
+    async def events() -> AsyncIterator[bytes]:
+        item: Item = first
+        encoder: Any = None
+        transcript: list[str] = []
+        try:
+            yield event({"role": "assistant", "content": ""})
+            while isinstance(item, ChatDelta):
+                delta: dict[str, Any] = {}
+                if item.text:
+                    transcript.append(item.text)
+                    delta["content"] = item.text
+                    if spoken:
+                        delta["audio"] = {"id": audio_id, "transcript": item.text}
+                if spoken and item.audio is not None and len(item.audio.samples):
+                    if encoder is None:
+                        encoder, _ = media.stream_encoder(_codec(fmt), item.audio.sample_rate)
+                    data = encoder.encode(item.audio.samples)
+                    if data:
+                        delta.setdefault("audio", {"id": audio_id})["data"] = media.b64(data)
+                if delta:
+                    yield event(delta)
+                item = await queue.get()
+            if (exc := item.exception()) is not None:
+                yield f"data: {json.dumps(from_exception(exc).body())}\n\n".encode()
+                return
+            result = item.result()
+            last: dict[str, Any] = {}
+            if spoken:
+                last["audio"] = {"id": audio_id, "expires_at": expires}
+                tail = encoder.close() if encoder is not None else b""
+                if tail:
+                    last["audio"]["data"] = media.b64(tail)
+                remember("".join(transcript))
+            yield event(last, result.info.get("finish_reason", "stop"))
+            if include_usage:
+                yield event(None, usage=_usage(result.info.get("usage") or ChatUsage()))
+            yield b"data: [DONE]\n\n"
+        finally:
+            if not job.future.done():
+                engine.cancel(job, "the client disconnected")
+
+    return StreamingResponse(
+        events(), media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"}
+    )
