@@ -130,7 +130,8 @@ class ThinkerStage(TextStage):
             attention_mask=cache.attention_mask(self.dtype),
             cache=cache,
             use_cache=True,
-            output_hidden_states=True if wants_hidden else None,
+            # only the two the talker reads (the input embeddings, the accepted layer)
+            output_hidden_states=[0, self.accept] if wants_hidden else None,
         )
         if wants_hidden:
             embeds, accepted = out.hidden_states[0], out.hidden_states[self.accept]
