@@ -26,108 +26,89 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from omni_chat_bench import PROMPT, _paths, run_omni
+import omni_chat_bench
+from omni_chat_bench import _paths, run_omni
 
-
-def _moe(hidden: int, layers: int, heads: int, kv: int, experts_mlp: int, **extra: Any) -> dict:
-    return {
-        "hidden_size": hidden,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
+#: The Qwen3-Omni-30B-A3B sizes that differ from the tiny checkpoint's, per sub-config.
+SIZES: dict[str, dict[str, Any]] = {
+    "audio": {
+        "encoder_layers": 32,
+        "encoder_attention_heads": 20,
+        "encoder_ffn_dim": 5120,
+        "d_model": 1280,
+        "output_dim": 2048,
+        "downsample_hidden_size": 480,
+    },
+    "vision": {
+        "depth": 27,
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_heads": 16,
+        "out_hidden_size": 2048,
+        "num_position_embeddings": 2304,
+        "deepstack_visual_indexes": [8, 16, 24],
+    },
+    "code_predictor": {
+        "vocab_size": 2048,
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 5,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
         "head_dim": 128,
-        "moe_intermediate_size": experts_mlp,
-        "num_experts": 128,
-        "num_experts_per_tok": 8,
-        "max_position_embeddings": 65536,
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 1000000.0,
-            "mrope_section": [24, 20, 20],
-            "interleaved": True,
-            "mrope_interleaved": True,
-        },
-        **extra,
-    }
+        "num_code_groups": 16,
+    },
+    "talker": {
+        "num_code_groups": 16,
+        "thinker_hidden_size": 2048,
+        "accept_hidden_layer": 24,
+        "codec_pad_id": 2148,
+        "codec_bos_id": 2149,
+        "codec_eos_token_id": 2150,
+        "codec_nothink_id": 2155,
+        "codec_think_bos_id": 2156,
+        "codec_think_eos_id": 2157,
+        "speaker_id": {"chelsie": 2301, "ethan": 2302, "aiden": 2303},
+    },
+    "code2wav": {
+        "codebook_size": 2048,
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 8,
+        "num_quantizers": 16,
+        "decoder_dim": 1536,
+    },
+}
 
 
 def real_config(raw: dict[str, Any]) -> dict[str, Any]:
     """The tiny config with the Qwen3-Omni-30B-A3B sizes (token ids stay the tiny tokenizer's;
     the codec ids are the real ones)."""
-    thinker = raw["thinker_config"]
-    thinker["audio_config"].update(
-        encoder_layers=32,
-        encoder_attention_heads=20,
-        encoder_ffn_dim=5120,
-        d_model=1280,
-        output_dim=2048,
-        downsample_hidden_size=480,
-    )
-    thinker["vision_config"].update(
-        depth=27,
-        hidden_size=1152,
-        intermediate_size=4304,
-        num_heads=16,
-        out_hidden_size=2048,
-        num_position_embeddings=2304,
-        deepstack_visual_indexes=[8, 16, 24],
-    )
-    thinker["text_config"].update(
-        _moe(2048, 48, 32, 4, 768, vocab_size=152064, intermediate_size=768, norm_topk_prob=True)
-    )
-    talker = raw["talker_config"]
-    talker["text_config"].update(
-        _moe(
-            1024,
-            20,
-            16,
-            2,
-            384,
-            vocab_size=3072,
-            intermediate_size=2048,
-            shared_expert_intermediate_size=768,
-            norm_topk_prob=False,
-        )
-    )
-    talker["code_predictor_config"].update(
-        vocab_size=2048,
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_hidden_layers=5,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
+    from omni_qwen.omni.qwen3_tiny import moe_text
+
+    wide = {"heads": 32, "kv_heads": 4, "head_dim": 128, "experts": 128, "active": 8}
+    thinker, talker = raw["thinker_config"], raw["talker_config"]
+    thinker["audio_config"].update(SIZES["audio"])
+    thinker["vision_config"].update(SIZES["vision"])
+    thinker["text_config"] = moe_text(
+        152064, 2048, 48, **wide, expert_size=768, mrope=(24, 20, 20), norm_topk_prob=True,
+        intermediate_size=768, max_position_embeddings=65536,
+    )  # fmt: skip
+    talker["text_config"] = moe_text(
+        3072, 1024, 20, **{**wide, "heads": 16, "kv_heads": 2}, expert_size=384,
+        mrope=(24, 20, 20), norm_topk_prob=False, shared_expert_intermediate_size=768,
         max_position_embeddings=65536,
-        num_code_groups=16,
-    )
-    talker.update(
-        num_code_groups=16,
-        thinker_hidden_size=2048,
-        accept_hidden_layer=24,
-        codec_pad_id=2148,
-        codec_bos_id=2149,
-        codec_eos_token_id=2150,
-        codec_nothink_id=2155,
-        codec_think_bos_id=2156,
-        codec_think_eos_id=2157,
-        speaker_id={"chelsie": 2301, "ethan": 2302, "aiden": 2303},
-    )
-    raw["code2wav_config"].update(
-        codebook_size=2048,
-        hidden_size=1024,
-        num_attention_heads=16,
-        num_key_value_heads=16,
-        intermediate_size=3072,
-        num_hidden_layers=8,
-        num_quantizers=16,
-        decoder_dim=1536,
-    )
+    )  # fmt: skip
+    talker["code_predictor_config"].update(SIZES["code_predictor"])
+    talker.update(SIZES["talker"])
+    raw["code2wav_config"].update(SIZES["code2wav"])
     return raw
 
 
@@ -164,45 +145,28 @@ def build(folder: Path, tiny: bool, device: str) -> tuple[Any, Any]:
 def run_transformers(
     model: Any, processor: Any, concurrency: int, tokens: int, frames: int, sync: Any
 ) -> dict[str, Any]:
-    import torch
+    """:func:`omni_chat_bench.run_transformers` (the same ``generate`` call shape; Qwen3-Omni's
+    talker makes one frame less than its tokens, so it is given one more)."""
+    level = omni_chat_bench.run_transformers(
+        model, processor, concurrency, tokens, frames + 1, sync
+    )
+    level["what"] = (
+        "Qwen3OmniMoeForConditionalGeneration.generate, the prompts batched, thinker and talker "
+        "greedy; it streams nothing: first token and first audio come at the end"
+    )
+    return level
 
-    texts = [
-        processor.apply_chat_template(
-            [{"role": "user", "content": [{"type": "text", "text": PROMPT.format(i)}]}],
-            add_generation_prompt=True,
-            tokenize=False,
-        )
-        for i in range(concurrency)
-    ]
-    batch = processor(text=texts, return_tensors="pt", padding=True).to(model.device)
-    sync()
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        sequences, wavs = model.generate(
-            **batch,
-            speaker="ethan",
-            thinker_max_new_tokens=tokens,
-            thinker_min_new_tokens=tokens,
-            thinker_do_sample=False,
-            talker_do_sample=False,
-            talker_max_new_tokens=frames + 1,
-        )
-    sync()
-    wall = time.perf_counter() - t0
-    wavs = wavs if isinstance(wavs, list) else [wavs]
-    audio = [w.numel() / 24000 for w in wavs]
-    made = (sequences.shape[1] - batch["input_ids"].shape[1]) * concurrency
-    return {
-        "what": "Qwen3OmniMoeForConditionalGeneration.generate, the prompts batched, thinker "
-        "and talker greedy; it streams nothing: first token and first audio come at the end",
-        "concurrency": concurrency,
-        "wall_s": wall,
-        "ttft_s": wall,
-        "ttfa_s": wall,
-        "tokens_per_s_total": made / wall,
-        "audio_s_per_request": statistics.fmean(audio),
-        "rtf": wall / max(statistics.fmean(audio), 1e-9),
-    }
+
+def _line(side: str, level: dict[str, Any]) -> str:
+    """One printed line: the figures of a level, means where there are several."""
+
+    def value(key: str) -> float:
+        raw = level[key]
+        return float(raw["mean"] if isinstance(raw, dict) else raw)
+
+    keys = ("ttft_s", "ttfa_s", "tokens_per_s_total", "rtf", "audio_s_per_request", "wall_s")
+    shown = ", ".join(f"{k} {value(k):.3f}" for k in keys if k in level)
+    return f"{side} c={level['concurrency']}: {shown}"
 
 
 def main() -> None:
@@ -232,62 +196,42 @@ def main() -> None:
             torch.cuda.synchronize()
 
     levels = [int(c) for c in args.concurrency.split(",")]
+    result: dict[str, Any] = {"settings": vars(args) | {"out": str(args.out)}}
     with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
+        started = time.perf_counter()
         folder = Path(tmp) / "model"
         model, processor = build(folder, args.tiny, device)
         sync()
-        init_s = time.perf_counter() - t0
-        params = sum(p.numel() for p in model.parameters())
-        print(f"init {init_s:.1f} s, {params / 1e9:.2f} B parameters on {device}", flush=True)
+        result["init_s"] = time.perf_counter() - started
+        result["parameters"] = sum(p.numel() for p in model.parameters())
+        print(f"init {result['init_s']:.1f} s, {result['parameters'] / 1e9:.2f} B parameters")
+        extra = {
+            "max_audio_frames": args.talker_frames,
+            "chunk_frames": args.chunk_frames,
+            "left_context": args.left_context,
+        }
+        dtype = torch.bfloat16 if cuda else torch.float32
         options = PipelineOptions(
-            device=torch.device(device),
-            dtype=torch.bfloat16 if cuda else torch.float32,
-            platform=current_platform(),
-            extra={
-                "max_audio_frames": args.talker_frames,
-                "chunk_frames": args.chunk_frames,
-                "left_context": args.left_context,
-            },
+            device=torch.device(device), dtype=dtype, platform=current_platform(), extra=extra
         )
         pipeline = Qwen3OmniPipeline(model, processor, False, options, folder)
         pipeline.max_concurrency = max(levels)
-        run_omni(pipeline, 1, 4, sync)  # warm-up
-        omni_levels, reference = [], []
-        for concurrency in levels:
-            level = run_omni(pipeline, concurrency, args.max_tokens, sync)
-            omni_levels.append(level)
-            print(
-                f"omni c={concurrency}: ttft {level['ttft_s']['mean'] * 1e3:.0f} ms, ttfa "
-                f"{level['ttfa_s']['mean'] * 1e3:.0f} ms, "
-                f"{level['tokens_per_s_per_request']:.1f} tok/s/request, "
-                f"{level['tokens_per_s_total']:.1f} tok/s, rtf {level['rtf']['mean']:.3f}, "
-                f"audio {level['audio_s_per_request']:.2f} s/request",
-                flush=True,
-            )
-        if not args.no_reference:
-            run_transformers(model, processor, 1, 4, 8, sync)  # warm-up
-            for concurrency in levels:
-                ref = run_transformers(
-                    model, processor, concurrency, args.max_tokens, args.talker_frames, sync
-                )
-                reference.append(ref)
-                print(
-                    f"transformers c={concurrency}: wall {ref['wall_s']:.2f} s (= ttft = ttfa), "
-                    f"{ref['tokens_per_s_total']:.1f} tok/s, rtf {ref['rtf']:.3f}",
-                    flush=True,
-                )
-        peak = torch.cuda.max_memory_allocated() if cuda else None
-    result = {
-        "model": "tiny" if args.tiny else "Qwen3-Omni-30B-A3B sizes, random weights",
-        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-        "parameters": params,
-        "init_s": init_s,
-        "peak_gpu_bytes": peak,
-        "settings": vars(args) | {"out": str(args.out)},
-        "omni": omni_levels,
-        "transformers": reference,
-    }
+        sides: dict[str, Any] = {
+            "omni": lambda c, tokens: run_omni(pipeline, c, tokens, sync),
+            "transformers": lambda c, tokens: run_transformers(
+                model, processor, c, tokens, args.talker_frames, sync
+            ),
+        }
+        if args.no_reference:
+            del sides["transformers"]
+        for side, run in sides.items():
+            run(1, 4)  # warm-up
+            result[side] = [run(c, args.max_tokens) for c in levels]
+            for level in result[side]:
+                print(_line(side, level), flush=True)
+        result["peak_gpu_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
+    result["model"] = "tiny" if args.tiny else "Qwen3-Omni-30B-A3B sizes, random weights"
+    result["device"] = torch.cuda.get_device_name(0) if cuda else "cpu"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out}", flush=True)

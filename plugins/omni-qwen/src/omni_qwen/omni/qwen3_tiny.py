@@ -17,14 +17,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omni_qwen.tts.tiny import _byte_symbols
+from omni_qwen.tts.tiny import write_tiny_tokenizer
 
 #: Audio codes per codebook (the talker's vocabulary adds 1024 control ids above them).
 CODEBOOK = 32
 CODE_GROUPS = 8
 TALKER_VOCAB = CODEBOOK + 1024
 SPEAKERS = {"ethan": CODEBOOK + 40, "chelsie": CODEBOOK + 41, "aiden": CODEBOOK + 42}
-WORDS = ("assistant", "user", "system", "hello", "world", "the", "you")
 SPECIALS = (
     "<|endoftext|>",
     "<|im_start|>",
@@ -71,69 +70,63 @@ CHAT_TEMPLATE = (
 
 
 def write_tokenizer(folder: Path) -> dict[str, int]:
-    """vocab.json, merges.txt, tokenizer_config.json; returns the ids of the special tokens
-    and of the merged words (``user``, ``assistant``, ...)."""
-    symbols = _byte_symbols()
-    vocab = {s: i for i, s in enumerate(symbols)}
-    merges: list[str] = []
-    for word in WORDS:
-        pieces = [symbols[b] for b in word.encode()]
-        current = pieces[0]
-        for piece in pieces[1:]:
-            merges.append(f"{current} {piece}")
-            current += piece
-            vocab.setdefault(current, len(vocab))
-    ids = {name: len(vocab) + i for i, name in enumerate(SPECIALS)}
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", "utf-8")
-    added = {
-        str(i): {
-            "content": name,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
-        }
-        for name, i in ids.items()
-    }
-    config = {
-        "tokenizer_class": "Qwen2Tokenizer",
-        "added_tokens_decoder": added,
-        "extra_special_tokens": dict(NAMED),
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": None,
-        "errors": "replace",
-        "model_max_length": 32768,
-        "clean_up_tokenization_spaces": False,
-        "split_special_tokens": False,
-        "add_prefix_space": False,
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    return {**{w: vocab["".join(symbols[b] for b in w.encode())] for w in WORDS}, **ids}
+    """The Qwen3-TTS tiny checkpoints' byte-level BPE tokenizer (``tokenizer.json`` and
+    ``tokenizer_config.json`` next to ``vocab.json`` / ``merges.txt``) plus Qwen3-Omni's media
+    and TTS special tokens, and the named ones its processor reads; returns the ids of the
+    special tokens and of the words ``user`` / ``assistant`` (``system``: its first piece)."""
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer
+
+    write_tiny_tokenizer(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    new = [t for t in SPECIALS if t not in tokenizer.get_vocab()]
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in new])
+    tokenizer.save_pretrained(folder)
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("is_local", "local_files_only"):
+        config.pop(key, None)
+    config["extra_special_tokens"] = dict(NAMED)
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (*SPECIALS, "user", "assistant")}
+    ids["system"] = tokenizer("system", add_special_tokens=False)["input_ids"][0]
+    return ids
 
 
-def _moe_text(vocab: int, hidden: int, layers: int, **extra: Any) -> dict[str, Any]:
+def moe_text(
+    vocab: int,
+    hidden: int,
+    layers: int,
+    *,
+    heads: int = 2,
+    kv_heads: int = 1,
+    head_dim: int = 16,
+    experts: int = 4,
+    active: int = 2,
+    expert_size: int = 16,
+    mrope: tuple[int, int, int] = (2, 3, 3),
+    **extra: Any,
+) -> dict[str, Any]:
+    """A Qwen3-Omni MoE text config (thinker or talker): tiny by default; the benchmark passes
+    the real sizes."""
     return {
         "vocab_size": vocab,
         "hidden_size": hidden,
         "intermediate_size": 2 * hidden,
         "num_hidden_layers": layers,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 16,
-        "moe_intermediate_size": 16,
-        "num_experts": 4,
-        "num_experts_per_tok": 2,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "moe_intermediate_size": expert_size,
+        "num_experts": experts,
+        "num_experts_per_tok": active,
         "decoder_sparse_step": 1,
         "max_position_embeddings": 4096,
         "rms_norm_eps": 1e-6,
         "rope_parameters": {
             "rope_type": "default",
             "rope_theta": 1000000.0,
-            "mrope_section": [2, 3, 3],
+            "mrope_section": list(mrope),
             "interleaved": True,
             "mrope_interleaved": True,
         },
@@ -172,7 +165,7 @@ def tiny_config(tokens: dict[str, int]) -> dict[str, Any]:
             "num_position_embeddings": 64,
             "deepstack_visual_indexes": [0],
         },
-        "text_config": _moe_text(text_vocab, hidden, 3, norm_topk_prob=True),
+        "text_config": moe_text(text_vocab, hidden, 3, norm_topk_prob=True),
         "audio_token_id": tokens["<|audio_pad|>"],
         "image_token_id": tokens["<|image_pad|>"],
         "video_token_id": tokens["<|video_pad|>"],
@@ -182,7 +175,7 @@ def tiny_config(tokens: dict[str, int]) -> dict[str, Any]:
         "user_token_id": tokens["user"],
     }
     talker = {
-        "text_config": _moe_text(
+        "text_config": moe_text(
             TALKER_VOCAB, hidden, 2, shared_expert_intermediate_size=16, norm_topk_prob=False
         ),
         "code_predictor_config": {
@@ -395,6 +388,8 @@ def _talker_codes(model: Any, ids: Any) -> list[int]:
             talker_do_sample=False,
             talker_max_new_tokens=48,
         )
+    except RuntimeError:  # generate() fails on speech that ends at its first frame
+        return []
     finally:
         hook.remove()
     return fed
