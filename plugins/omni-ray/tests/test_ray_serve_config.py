@@ -139,6 +139,15 @@ def test_ray_serve_run_builder_autoscales_routes_and_streams(
             unknown = client.post("/v1/audio/speech", json={"model": "nope", "input": "x"})
             assert unknown.status_code == 404
             assert unknown.json()["error"]["code"] == "model_not_found"
+            # DNS rebinding: the ingress is on loopback (the builder's default host), so a
+            # page's own host name in Host is refused by the replica, in omni's words.
+            rebound = client.post(
+                "/v1/audio/speech",
+                json={"model": "tts", "input": "x"},
+                headers={"Host": "attacker.example"},
+            )
+            assert rebound.status_code == 421, rebound.text
+            assert rebound.json()["error"]["code"] == "invalid_host"
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # serve run's Ctrl+C: shuts the application down

@@ -39,6 +39,10 @@ class AutoregressiveSpeechPipeline(StreamingSpeechPipeline):
 
     _runtime: ARRuntime | None = None
 
+    def concurrency(self, max_batch: int) -> int:
+        """Every request in flight shares the runtime's steps: as many as it has slots."""
+        return self.max_concurrency
+
     @abstractmethod
     def stages(self) -> SpeechStages:
         """The chain of this loaded model (called once, when the runtime is built)."""

@@ -89,6 +89,10 @@ class AutoregressiveChatPipeline(ChatPipeline):
 
     _runtime: ChatRuntime | None = None
 
+    def concurrency(self, max_batch: int) -> int:
+        """Every request in flight shares the runtime's steps: as many as it has slots."""
+        return self.max_concurrency
+
     @abstractmethod
     def stages(self) -> TextStages:
         """The chain of this loaded model (called once, when the runtime is built)."""

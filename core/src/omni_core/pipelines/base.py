@@ -217,6 +217,14 @@ class Pipeline(ABC):
         """
         return None
 
+    def concurrency(self, max_batch: int) -> int:
+        """Requests the engine runs at once (default ``max_batch``, the step batch size).
+
+        Pipelines with a shared autoregressive runtime return its slots: they batch every
+        request in flight, so ``--max-batch`` (diffusion step batching) must not cap them.
+        """
+        return max_batch
+
     def denoisers(self) -> dict[str, Any]:
         """The denoiser modules as the pipeline runs them, by component name (default: none).
 

@@ -209,6 +209,10 @@ TABLES: dict[str, dict[str, Rule]] = {
         "ref_audio": Rule("refuse", why="this model does not clone voices from reference audio"),
         "ref_text": Rule("refuse", why="this model does not clone voices from reference audio"),
         "max_new_tokens": Rule("ignore", why="a token budget of autoregressive TTS models"),
+        **{
+            name: Rule("ignore", why="token sampling of autoregressive TTS; this voice has none")
+            for name in ("temperature", "top_p", "top_k")
+        },
         "initial_codec_chunk_frames": Rule("ignore", why=_INTERNAL),
         "instructions": Rule("ignore", why="the served voices take no style instructions"),
     },

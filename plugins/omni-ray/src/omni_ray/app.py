@@ -74,7 +74,9 @@ def build_application(config: DeployConfig, cluster_gpus: float) -> Any:
         max_body = max(max_body, server.max_body_bytes)
         options = deployment_options(model, config, gpus, deployment_name(model.id, taken))
         replica = serve.deployment(ModelReplica, **options)
-        fields = server.model_dump(mode="json", exclude={"models", "host", "port"})
+        # host travels: a replica behind a loopback ingress answers loopback Host headers only
+        # (DNS rebinding), one behind 0.0.0.0 (a Kubernetes service) answers any.
+        fields = server.model_dump(mode="json", exclude={"models", "port"})
         handles[model.id] = replica.bind(model.source(), fields)
     ingress = serve.deployment(
         serve.ingress()(Ingress),
@@ -88,7 +90,9 @@ def build_application(config: DeployConfig, cluster_gpus: float) -> Any:
 def build(args: dict[str, Any]) -> Any:
     """A Ray Serve application builder: ``import_path: omni_ray.app:build`` with ``args`` a
     :class:`DeployConfig` mapping, for ``serve run``/``serve deploy`` config files and
-    KubeRay's RayService (``host``/``port``/``address`` there belong to Ray's own settings)."""
+    KubeRay's RayService (``port``/``address`` there belong to Ray's own settings; ``host``
+    says what the ingress is bound to: loopback, the default, makes every replica answer only
+    loopback ``Host`` headers, so set it to ``0.0.0.0`` behind a Kubernetes service)."""
     import ray
 
     config = DeployConfig(**args)

@@ -32,8 +32,10 @@ REPORT_S = 2.0
 STALE_S = 15.0
 #: Routes answered for any model by any deployment (the stores are shared).
 _ANY = re.compile(r"^/v1/(videos/[^/]+(/content)?|videos|images/files/[^/]+)$")
-_MODALITY = (("/v1/videos", "video"), ("/v1/images", "image"), ("/v1/chat", "image"))
-_MODALITY += (("/v1/audio", "speech"),)
+#: Where a request that names no model goes: the first model of the first modality that matches
+#: (a chat request goes to a chat model, else to an image model, as ``omni serve`` picks).
+_MODALITY = (("/v1/videos", "video"), ("/v1/images", "image"), ("/v1/chat", "chat"))
+_MODALITY += (("/v1/chat", "image"), ("/v1/audio", "speech"))
 _FORM_MODEL = re.compile(rb'name="model"\r\n(?:[^\r\n]+\r\n)*\r\n([^\r\n]{1,200})\r\n')
 
 
@@ -46,8 +48,8 @@ class ModelReplica:
         from omni_core import ServerConfig, create_app
 
         # The replica's app is never bound to a socket: requests come relayed by the ingress
-        # with the client's Host header, which the loopback Host check must not judge here.
-        config = ServerConfig(models=[source], port=0, **{"loopback_host_check": False, **server})
+        # with the client's Host header, judged against the ingress's own bind (``host``).
+        config = ServerConfig(models=[source], port=0, **server)
         self.model_id = source["id"]
         self.app = create_app(config)
         self.state = self.app.state.omni

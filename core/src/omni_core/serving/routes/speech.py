@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
+from omni_core.autoregressive.pipeline import AutoregressiveSpeechPipeline
 from omni_core.engine import Job
 from omni_core.pipelines.base import AudioChunk, GenerationResult, SpeechPipeline
 from omni_core.serving import compat, media
@@ -69,6 +70,17 @@ def _native_fields(data: dict[str, Any], pipeline: SpeechPipeline) -> dict[str, 
     return {k: data.pop(k) for k in _NATIVE if k in data and k in declared}
 
 
+#: Shared sampling fields: autoregressive voices sample tokens with them; for the others
+#: compat's table ignores and reports them.
+_SAMPLING = ("temperature", "top_p", "top_k")
+
+
+def _sampling_fields(data: dict[str, Any], pipeline: SpeechPipeline) -> dict[str, Any]:
+    if not isinstance(pipeline, AutoregressiveSpeechPipeline):
+        return {}
+    return {k: data.pop(k) for k in _SAMPLING if k in data}
+
+
 def _voice_of(data: dict[str, Any]) -> str | None:
     voice = data.get("voice")
     if isinstance(voice, dict):
@@ -91,6 +103,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         pipeline = served.pipeline
         assert isinstance(pipeline, SpeechPipeline)
         native = _native_fields(data, pipeline)  # what this pipeline honours itself
+        sampling = _sampling_fields(data, pipeline)
         reference, uploaded = await voices.reference_for(state, served, data, _voice_of(data))
         data = compat.translate("speech", data, request, served.pipeline)
         body = validate(SpeechBody, data)
@@ -101,7 +114,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             spoken = _voice_language(pipeline, body.voice_id())
             actual = body.language if _speaks(body.language, spoken) else spoken
             compat.pipeline_field(pipeline, "language", body.language, actual, extras, request)
-        fields: dict[str, Any] = {"prompt": body.input, "speed": body.speed}
+        fields: dict[str, Any] = {"prompt": body.input, "speed": body.speed, **sampling}
         voice = body.voice_id()
         if reference is not None and not uploaded and voice is not None:
             if voice not in {v.id for v in pipeline.voices()}:  # the openai SDK sends one always

@@ -55,9 +55,6 @@ class Qwen3TTSExtras(BaseModel):
     task_type: str | None = Field(None, description="CustomVoice, VoiceDesign or Base: checked.")
     x_vector_only_mode: bool = Field(False, description="Base: clone from the speaker embedding.")
     max_new_tokens: int | None = Field(None, ge=2, le=8192, description="Frames at most (+1).")
-    temperature: float | None = Field(None, ge=0.0, le=2.0, description="0: greedy.")
-    top_k: int | None = Field(None, ge=0, le=10_000)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=4.0)
     min_new_tokens: int = Field(2, ge=0, le=8192, description="No end of speech before this.")
     non_streaming_mode: bool | None = Field(None, description="Feed the whole text at prefill.")
@@ -262,7 +259,7 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
         except Qwen3TTSInputError as exc:
             raise _input_error(exc) from None
         defaults = model.generation_defaults
-        temperature = extras.get("temperature")
+        temperature = request.temperature  # shared sampling fields: temperature, top_k, top_p
         if temperature is None:
             temperature = defaults.get("temperature", 0.9) if defaults.get("do_sample", True) else 0
         sub_sampling = defaults.get("subtalker_dosample", True)
@@ -275,8 +272,8 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
                 float(self._setting(extras, "repetition_penalty", 1.05)), device=device
             ),
             "temperature": temperature,
-            "top_k": self._setting(extras, "top_k", 50),
-            "top_p": self._setting(extras, "top_p", 1.0),
+            "top_k": self._setting({"top_k": request.top_k}, "top_k", 50),
+            "top_p": self._setting({"top_p": request.top_p}, "top_p", 1.0),
             # the code predictor samples like the talker unless the request is greedy
             "sub_temperature": (
                 defaults.get("subtalker_temperature", 0.9)
