@@ -102,7 +102,9 @@ def test_engine_answers_concurrent_requests_as_each_alone(models) -> None:
     ]
     runtime = omni.pipeline.shared_runtime()
     steps, rows = runtime.steps, runtime.rows
-    engine = Engine(omni.pipeline, name="acme-chat", max_batch=8).start()
+    # max_batch is diffusion's step batch: a chat runtime runs as many answers as it has slots
+    engine = Engine(omni.pipeline, name="acme-chat", max_batch=1).start()
+    assert engine.capacity == omni.pipeline.max_concurrency
     try:
         seen: list[list] = [[] for _ in asks]
         jobs = []

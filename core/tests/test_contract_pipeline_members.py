@@ -19,11 +19,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from omni_core import PipelineSpec, hookimpl
+from omni_core import AutoregressiveChatPipeline, PipelineSpec, hookimpl
 from omni_core.pipelines.base import SpeechPipeline, StagedPipeline  # (and Pipeline)
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "omni_core"
-DECLARED = frozenset(dir(StagedPipeline)) | frozenset(dir(SpeechPipeline))  # both extend Pipeline
+#: Members the pipeline base classes declare (each extends Pipeline; chat models' too).
+DECLARED = frozenset().union(
+    *(dir(c) for c in (StagedPipeline, SpeechPipeline, AutoregressiveChatPipeline))
+)
 
 RECORDER = '''
 import sys

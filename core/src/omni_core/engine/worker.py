@@ -67,6 +67,7 @@ class Engine:
         self.pipeline = pipeline
         self.name = name
         self.max_batch = max_batch
+        self.capacity = pipeline.concurrency(max_batch)  # requests running at once
         self.max_queue = max_queue
         self.request_timeout_s = request_timeout_s
         self.observer: EngineObserver = observer or NullObserver()
@@ -142,7 +143,7 @@ class Engine:
             if self._stopping:
                 raise EngineStoppedError("the server is shutting down; retry on another instance")
             if len(self._pending) >= self.max_queue:
-                waves = (len(self._pending) + len(self._running)) / max(self.max_batch, 1)
+                waves = (len(self._pending) + len(self._running)) / max(self.capacity, 1)
                 retry = max(1.0, round(waves * self._mean_service_s, 1))
                 raise QueueFullError(
                     f"model {self.name!r} has {len(self._pending)} queued requests (limit "
@@ -179,7 +180,7 @@ class Engine:
                 if self._stopping and not self._running and (not self._drain or not self._pending):
                     break
                 admitted: list[Job] = []
-                while self._pending and len(self._running) + len(admitted) < self.max_batch:
+                while self._pending and len(self._running) + len(admitted) < self.capacity:
                     admitted.append(self._pending.popleft())
                 if admitted:
                     self.observer.queue_depth(self.name, len(self._pending))

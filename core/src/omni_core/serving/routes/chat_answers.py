@@ -37,7 +37,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from omni_core.chat.types import ChatDelta, ChatUsage
 from omni_core.engine import Job
-from omni_core.pipelines.base import GenerationResult
+from omni_core.pipelines.base import AudioChunk, GenerationResult
 from omni_core.serving import chat_inputs, compat, media
 from omni_core.serving.errors import from_exception
 from omni_core.serving.http import await_job, request_id, submit_streaming, validate
@@ -75,6 +75,32 @@ def _usage(usage: ChatUsage) -> dict[str, int]:
 
 def _codec(fmt: str) -> str:
     return "pcm" if fmt == "pcm16" else fmt
+
+
+def _error_event(exc: BaseException) -> bytes:
+    return f"data: {json.dumps(from_exception(exc).body())}\n\n".encode()
+
+
+class _AudioPieces:
+    """A streamed answer's audio: encoded as it comes (the encoder starts at the first piece's
+    rate), each piece put in the delta's ``audio.data``."""
+
+    def __init__(self, audio_id: str, fmt: str) -> None:
+        self.audio_id, self.fmt, self.encoder = audio_id, fmt, None
+
+    def add(self, delta: dict[str, Any], chunk: AudioChunk) -> None:
+        if not len(chunk.samples):
+            return
+        if self.encoder is None:
+            self.encoder, _ = media.stream_encoder(self.fmt, chunk.sample_rate)
+        data = self.encoder.encode(chunk.samples)
+        if data:
+            delta.setdefault("audio", {"id": self.audio_id})["data"] = media.b64(data)
+
+    def close(self, delta: dict[str, Any]) -> None:
+        tail = self.encoder.close() if self.encoder is not None else b""
+        if tail:
+            delta.setdefault("audio", {"id": self.audio_id})["data"] = media.b64(tail)
 
 
 async def answer(
@@ -164,7 +190,7 @@ async def answer(
 
     async def events() -> AsyncIterator[bytes]:
         item: Item = first
-        encoder: Any = None
+        audio = _AudioPieces(audio_id, _codec(fmt)) if spoken else None
         transcript: list[str] = []
         try:
             yield event({"role": "assistant", "content": ""})
@@ -173,27 +199,25 @@ async def answer(
                 if item.text:
                     transcript.append(item.text)
                     delta["content"] = item.text
-                    if spoken:
+                    if audio is not None:
                         delta["audio"] = {"id": audio_id, "transcript": item.text}
-                if spoken and item.audio is not None and len(item.audio.samples):
-                    if encoder is None:
-                        encoder, _ = media.stream_encoder(_codec(fmt), item.audio.sample_rate)
-                    data = encoder.encode(item.audio.samples)
-                    if data:
-                        delta.setdefault("audio", {"id": audio_id})["data"] = media.b64(data)
+                try:
+                    if audio is not None and item.audio is not None:
+                        audio.add(delta, item.audio)
+                except Exception as exc:  # noqa: BLE001 - e.g. a rate the format cannot carry
+                    yield _error_event(exc)
+                    return
                 if delta:
                     yield event(delta)
                 item = await queue.get()
             if (exc := item.exception()) is not None:
-                yield f"data: {json.dumps(from_exception(exc).body())}\n\n".encode()
+                yield _error_event(exc)
                 return
             result = item.result()
             last: dict[str, Any] = {}
-            if spoken:
+            if audio is not None:
                 last["audio"] = {"id": audio_id, "expires_at": expires}
-                tail = encoder.close() if encoder is not None else b""
-                if tail:
-                    last["audio"]["data"] = media.b64(tail)
+                audio.close(last)
                 remember("".join(transcript))
             yield event(last, result.info.get("finish_reason", "stop"))
             if include_usage:
