@@ -13,7 +13,8 @@ is the real serving path below the HTTP layer: ``Qwen25OmniPipeline`` and its
 ``ChatRuntime``, N requests opened at once and the runtime stepped as the engine steps it
 (one step per loop, streams polled). Every request asks for text + audio, greedy, exactly
 ``--max-tokens`` text tokens (no stop ids: random weights) and at most ``--talker-frames``
-codes; token2wav streams chunks of ``--chunk-frames`` codes (0: the whole answer at once).
+codes; token2wav streams chunks of ``--chunk-frames`` codes, the first of
+``--first-chunk-frames`` (``--chunk-frames 0``: the whole answer at once).
 
 Reported per concurrency: time to first text token, time to first audio, decode tokens/s per
 request and in all, audio seconds made and RTF (request wall time / its audio seconds); for
@@ -115,7 +116,20 @@ def real_config(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def build(folder: Path, tiny: bool, device: str) -> tuple[Any, Any, dict[str, Any]]:
+def _few_layers(raw: dict[str, Any], layers: int) -> None:
+    """Every stack cut to ``layers`` (a CPU check of the real-width path)."""
+    thinker = raw["thinker_config"]
+    thinker["audio_config"]["encoder_layers"] = layers
+    thinker["vision_config"].update(depth=layers, fullatt_block_indexes=[layers - 1])
+    thinker["text_config"]["num_hidden_layers"] = layers
+    raw["talker_config"]["num_hidden_layers"] = layers
+    dit = raw["token2wav_config"]["dit_config"]
+    dit.update(num_hidden_layers=layers, look_ahead_layers=[0], look_backward_layers=[0])
+
+
+def build(
+    folder: Path, tiny: bool, device: str, layers: int | None = None
+) -> tuple[Any, Any, dict[str, Any]]:
     """(model on ``device``, processor, generation config) — weights initialised in place."""
     import torch
     from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
@@ -131,6 +145,8 @@ def build(folder: Path, tiny: bool, device: str) -> tuple[Any, Any, dict[str, An
         ids = tiny_mod._write_tokenizer(folder)
         tiny_mod._write_processor(folder)
         raw = real_config(tiny_mod.tiny_config(ids, max(ids.values()) + 1))
+        if layers:
+            _few_layers(raw, layers)
         (folder / "config.json").write_text(json.dumps(raw, indent=2))
         speakers = {
             name: {
@@ -188,6 +204,7 @@ def run_omni(pipeline: Any, concurrency: int, tokens: int, sync: Any) -> dict[st
     first_audio: dict[int, float] = {}
     text_end: dict[int, float] = {}
     end: dict[int, float] = {}
+    done_ids: dict[int, list[int]] = {}
     audio_s = [0.0] * concurrency
     completion = [0] * concurrency
     steps0 = runtime.steps
@@ -195,10 +212,12 @@ def run_omni(pipeline: Any, concurrency: int, tokens: int, sync: Any) -> dict[st
         runtime.step()
         now = time.perf_counter()
         for i, stream in enumerate(streams):
+            # token ids, not text: random weights mostly make ids the small tokenizer lacks
+            if stream.ids and i not in first_text:
+                first_text[i] = now
+            if stream.ids and len(stream.ids) > len(done_ids.get(i, ())):
+                done_ids[i], text_end[i] = list(stream.ids), now
             for delta in stream.poll():
-                if delta.text:
-                    first_text.setdefault(i, now)
-                    text_end[i] = now
                 if delta.audio is not None:
                     first_audio.setdefault(i, now)
                     audio_s[i] += len(delta.audio.samples) / delta.audio.sample_rate
@@ -240,6 +259,12 @@ def run_transformers(
         for i in range(concurrency)
     ]
     batch = processor(text=texts, return_tensors="pt", padding=True).to(model.device)
+    # the codes token2wav has no embedding for are banned, as omni's talker stage bans them (a
+    # random talker says them; token2wav would index past its table)
+    talker = model.talker
+    first_bad = model.config.token2wav_config.dit_config.num_embeds + 1
+    stops = {talker.codec_pad_token, talker.codec_eos_token}
+    bad = [[i] for i in range(first_bad, talker.codebook_size) if i not in stops]
     sync()
     t0 = time.perf_counter()
     with torch.inference_mode():
@@ -251,6 +276,7 @@ def run_transformers(
             thinker_do_sample=False,
             talker_do_sample=False,
             talker_max_new_tokens=frames,
+            **({"talker_bad_words_ids": bad} if bad else {}),
         )
     sync()
     wall = time.perf_counter() - t0
@@ -278,7 +304,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--talker-frames", type=int, default=100)
     parser.add_argument("--chunk-frames", type=int, default=25)
+    parser.add_argument("--first-chunk-frames", type=int, default=10)
     parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--layers", type=int, help="cut every stack (CPU check of the 7B path)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     _paths()
@@ -298,7 +326,7 @@ def main() -> None:
     levels = [int(c) for c in args.concurrency.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        model, processor, generation = build(Path(tmp) / "model", args.tiny, device)
+        model, processor, generation = build(Path(tmp) / "model", args.tiny, device, args.layers)
         sync()
         init_s = time.perf_counter() - t0
         params = sum(p.numel() for p in model.parameters())
@@ -311,6 +339,7 @@ def main() -> None:
                 "talker_max_frames": args.talker_frames,
                 "talker_sample": "off",
                 "audio_chunk_frames": args.chunk_frames,
+                "audio_first_chunk_frames": args.first_chunk_frames,
             },
         )
         pipeline = Qwen25OmniPipeline(model, processor, False, options, generation)

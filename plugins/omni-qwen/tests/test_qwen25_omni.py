@@ -165,27 +165,36 @@ def test_streamed_deltas_make_the_whole_answer(omni: Omni, checkpoint: Any) -> N
     assert 0.0 < rel < 0.45, rel
 
 
-def test_two_concurrent_answers_equal_each_alone(omni: Omni) -> None:
+def test_concurrent_answers_equal_each_alone(omni: Omni) -> None:
+    """Two prompts of one length (prefilled in one forward), one with media, one sampled with a
+    seed: together, each answers as it does alone (text ids and audio)."""
     pipeline = omni.pipeline
-    fields = {"max_tokens": 10, "temperature": 0, "modalities": ("text", "audio"), "seed": 0}
-    alone = [_run(omni, _messages(kind), **fields) for kind in ("text", "media")]
-    runtime = pipeline.shared_runtime()
-    streams = [
-        pipeline.open(pipeline.validate(omni.request(messages=_messages(k), **fields)))
-        for k in ("text", "media")
+    speech = {"max_tokens": 10, "modalities": ("text", "audio"), "seed": 0}
+    cases = [
+        ([ChatMessage.text("user", "hello world, the sound")], {**speech, "temperature": 0}),
+        ([ChatMessage.text("user", "hello sound, the world")], {**speech, "temperature": 0}),
+        (_messages("media"), {**speech, "temperature": 0, "voice": "Ethan"}),
+        (_messages("text"), {"max_tokens": 12, "temperature": 0.9, "top_p": 0.9, "seed": 7}),
     ]
-    deltas: list[list] = [[], []]
-    widths = []
+    alone = [_run(omni, messages, **fields) for messages, fields in cases]
+    runtime = pipeline.shared_runtime()
+    streams = [pipeline.open(pipeline.validate(omni.request(messages=m, **f))) for m, f in cases]
+    deltas: list[list] = [[] for _ in cases]
+    widths, rows = [], runtime.rows
     while not all(s.done for s in streams):
         widths.append(runtime.open_streams)
         runtime.step()
         for i, s in enumerate(streams):
             deltas[i].extend(s.poll())
-    assert max(widths) == 2
+    assert max(widths) == len(cases)
+    assert runtime.rows - rows > len(widths)  # steps carried several rows
     for (stream, ref_deltas), together, mine in zip(alone, streams, deltas, strict=True):
         assert together.error is None
         assert together.ids == stream.ids
+        assert "".join(d.text for d in mine) == "".join(d.text for d in ref_deltas)
         np.testing.assert_allclose(_audio_of(mine), _audio_of(ref_deltas), atol=1e-5)
+    assert alone[0][0].ids != alone[1][0].ids  # the prompt steers the answer
+    assert _audio_of(alone[2][1]).size > 0 and _audio_of(alone[3][1]).size == 0
 
 
 def test_loaded_without_talker_answers_text_only(omni: Omni, checkpoint: Any) -> None:
@@ -211,3 +220,14 @@ def test_voices_and_bad_voice(omni: Omni) -> None:
         pipeline.validate(
             omni.request(messages=_messages("text"), modalities=("text", "audio"), voice="Bob")
         )
+
+
+def test_video_parts_need_the_video_processor(omni: Omni) -> None:
+    pipeline = omni.pipeline
+    video = ChatPart(kind="video", video=np.zeros((4, 56, 56, 3), np.uint8), fps=2.0)
+    messages = [ChatMessage(role="user", parts=[video, ChatPart(kind="text", text="what?")])]
+    if pipeline.takes_videos:  # torchvision installed: the processor takes the frames
+        assert pipeline.validate(omni.request(messages=messages)).messages == messages
+    else:
+        with pytest.raises(InvalidRequestError, match="torchvision"):
+            omni.request(messages=messages)  # Omni.request validates

@@ -14,6 +14,7 @@ tokenizer files and safetensors). What else is read here:
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from omni_core import ConfigError
 
 SPEAKERS_FILE = "spk_dict.pt"
+log = logging.getLogger("omni.qwen")
 
 
 def speakers_file(folder: Path) -> Path:
@@ -65,8 +67,8 @@ def load_processor(folder: Path) -> tuple[Any, bool]:
 
         try:
             return Qwen2_5OmniProcessor.from_pretrained(str(folder)), True
-        except (OSError, ValueError, TypeError, ImportError):  # no video processor files
-            pass
+        except Exception as exc:  # noqa: BLE001 - e.g. no video processor files: go on without
+            log.warning("%s: the processor loads without its video processor (%s)", folder, exc)
     from transformers import AutoImageProcessor, AutoTokenizer, WhisperFeatureExtractor
 
     template = folder / "chat_template.jinja"

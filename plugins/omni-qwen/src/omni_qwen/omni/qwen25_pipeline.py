@@ -9,11 +9,13 @@ Load options (``--option key=value`` / ``Omni(path, key=value)``):
 - ``audio_output``: ``on`` (default when the checkpoint has a talker) or ``off``: load without the
   talker and token2wav (``enable_audio_output=False``); the model then answers text only and a
   request for audio is refused.
-- ``talker_max_frames``: codes one spoken answer may have at most (default 4096, transformers'
-  ``talker_max_new_tokens``).
+- ``talker_max_frames``: codes one spoken answer may have at most (default:
+  ``talker_max_new_tokens`` of ``generation_config.json`` when it has one, else 4096,
+  transformers' default).
 - ``audio_chunk_frames``: 0 (default): token2wav decodes an answer's whole code sequence once the
   talker stops, as transformers does (token2wav is not causal); N: codes are decoded in chunks of
-  N with ``audio_left_context`` codes of left context (default 24), so audio streams early but
+  N (the first of ``audio_first_chunk_frames``) with ``audio_left_context`` codes of left
+  context (default 24), so audio streams early but
   differs from the whole decode (the DiT's noise and its look-ahead differ per chunk).
 - ``token2wav_steps``: ODE steps of the DiT (default 10, transformers' default).
 - ``max_len``: positions of one request's thinker cache, prompt + answer (default 8192).
@@ -61,10 +63,13 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
 
     load_options: ClassVar[dict[str, str]] = {
         "audio_output": "on (default): load the talker and token2wav; off: text answers only",
-        "talker_max_frames": "speech codes per answer at most (default 4096)",
+        "talker_max_frames": "speech codes per answer at most (default: generation_config.json "
+        "talker_max_new_tokens, else 4096)",
         "talker_sample": "on (default): the talker samples as transformers does; off: greedy",
         "audio_chunk_frames": "0 (default): decode the whole answer's codes at once; N: stream "
         "chunks of N codes",
+        "audio_first_chunk_frames": "codes in the first streamed chunk (default: "
+        "audio_chunk_frames; smaller: first audio earlier)",
         "audio_left_context": "codes of left context per streamed chunk (default 24)",
         "token2wav_steps": "DiT ODE steps (default 10)",
         "max_len": "thinker cache positions per request, prompt + answer (default 8192)",
@@ -90,14 +95,16 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         self.has_talker = bool(model.has_talker)
         self.output_modalities = ("text", "audio") if self.has_talker else ("text",)
         self.speaker_names = list(model.speaker_map)
-        self.talker_max_frames = int(extra.get("talker_max_frames", 4096))
+        #: generation_config.json (the thinker's eos ids and sampling defaults).
+        self.generation = dict(generation or {})
+        frames = self.generation.get("talker_max_new_tokens", 4096)
+        self.talker_max_frames = int(extra.get("talker_max_frames", frames))
         self.talker_sample = _flag(extra.get("talker_sample", "on"), "talker_sample")
         self.chunk_frames = int(extra.get("audio_chunk_frames", 0))
+        self.first_chunk_frames = int(extra.get("audio_first_chunk_frames", self.chunk_frames))
         self.left_context = int(extra.get("audio_left_context", 24))
         self.token2wav_steps = int(extra.get("token2wav_steps", 10))
         self.max_len = int(extra.get("max_len", 8192))
-        #: generation_config.json (the thinker's eos ids and sampling defaults).
-        self.generation = dict(generation or {})
         eos = self.generation.get("eos_token_id") or [self.tokenizer.eos_token_id]
         self.stop_ids = sorted({int(i) for i in (eos if isinstance(eos, list) else [eos])})
 
@@ -145,12 +152,16 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         thinker = ThinkerStage(self.model.thinker, self.stop_ids, follow=self.has_talker)
         speech = None
         if self.has_talker:
-            frames = self.chunk_frames or self.talker_max_frames
+            # whole answer: one chunk as long as the talker may run (the runtime reads stop
+            # flags when a chunk is due, so the talker runs to talker_max_frames: a per-request
+            # schedule in the core would let it stop at its end code)
+            rest = self.chunk_frames or self.talker_max_frames
+            first = (self.first_chunk_frames or rest) if self.chunk_frames else rest
             speakers = [self.model.speaker_map[n] for n in self.speaker_names]
             speech = TalkerFollower(
                 self.model,
                 speakers,
-                ChunkSchedule(first=frames, rest=frames),
+                ChunkSchedule(first=first, rest=rest),
                 steps=self.token2wav_steps,
                 left=self.left_context if self.chunk_frames else 0,
             )

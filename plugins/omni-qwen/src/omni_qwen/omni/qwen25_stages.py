@@ -15,8 +15,9 @@ answer, then the whole talker answer, then token2wav) runs here as it is written
   and bos embeddings added to the last two positions; each decode step feeds the previous code's
   embedding plus the reply entry of its index (:meth:`~omni_core.ReplyBuffer.read`: the text
   eos embedding at the stop token, the pad embedding after it). The repetition penalty runs over
-  the codes seen (prompt mask/pad/bos included), the codec bos is suppressed, the codec pad and
-  end codes stop it. ``lead = 2``: the first reply entry exists once two tokens are made.
+  the codes seen (prompt mask/pad/bos included), the codec bos is suppressed (and ids token2wav
+  has no embedding for: never said by a trained talker), the codec pad and end codes stop it.
+  ``lead = 2``: the first reply entry exists once two tokens are made.
 - :class:`Token2WavDecoder` (a :class:`~omni_core.ChunkDecoder`): the DiT + BigVGAN, one row at a
   time (its noise is seeded per row, as transformers decodes each sample alone). A frame carries
   three integers: the code, the speaker's index and the request's noise seed (the codec is not
@@ -123,7 +124,9 @@ class TalkerSettings:
 class TalkerStage(DecoderStage):
     """The talker's decoder on the runtime's cache (module doc)."""
 
-    def __init__(self, talker: Any, reply: ReplyBuffer, text_ends: torch.Tensor) -> None:
+    def __init__(
+        self, talker: Any, reply: ReplyBuffer, text_ends: torch.Tensor, codes: int
+    ) -> None:
         import torch
 
         self.talker, self.reply = talker, reply
@@ -135,6 +138,13 @@ class TalkerStage(DecoderStage):
             [talker.codec_pad_token, talker.codec_eos_token], device=self.device
         )
         self.vocab = int(talker.codebook_size)
+        #: [vocab] bool: ids never picked: the codec bos (as generate suppresses it) and ids
+        #: token2wav has no embedding for (a trained talker never says them; a random one may)
+        banned = torch.zeros(self.vocab, dtype=torch.bool, device=self.device)
+        banned[talker.codec_bos_token] = True
+        banned[codes:] = True
+        banned[self.stop_ids] = False
+        self.banned = banned
         self.seen: torch.Tensor | None = None  # [slots, vocab] bool, by talker slot
 
     def prompt_length(self, state: ARState) -> int:
@@ -161,7 +171,7 @@ class TalkerStage(DecoderStage):
         samplings: list[Sampling] = [s.data["talker"].sampling for s in states]
         penalties = torch.tensor([s.repetition_penalty for s in samplings], device=self.device)
         logits = apply_repetition_penalty(logits, self.seen[slots], penalties)
-        logits[:, self.talker.codec_bos_token] = float("-inf")
+        logits = logits.masked_fill(self.banned, float("-inf"))
         codes = sample_tokens(logits, samplings, [s.frames for s in states])
         self.seen[slots, codes] = True
         extra = torch.tensor([s.data["frame_tail"] for s in states], dtype=torch.long)
@@ -254,7 +264,8 @@ class TalkerFollower(SpeechFollower):
 
     def stages(self, reply: ReplyBuffer) -> SpeechStages:
         self.reply = reply
-        decoder = TalkerStage(self.model.talker, reply, self.text_ends)
+        dit = self.model.token2wav.code2wav_dit_model.config
+        decoder = TalkerStage(self.model.talker, reply, self.text_ends, dit.num_embeds + 1)
         codec = Token2WavDecoder(self.model.token2wav, self.speakers, **self.codec)
         max_len = self.model.config.talker_config.max_position_embeddings
         return SpeechStages(decoder=decoder, codec=codec, schedule=self.schedule, max_len=max_len)

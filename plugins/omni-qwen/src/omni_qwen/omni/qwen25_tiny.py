@@ -67,58 +67,21 @@ CHAT_TEMPLATE = (
 
 
 def _write_tokenizer(folder: Path) -> dict[str, int]:
-    """vocab.json, merges.txt, tokenizer_config.json of a byte-level BPE Qwen2 tokenizer."""
-    from omni_qwen.tts.tiny import _byte_symbols
+    """vocab.json, merges.txt, tokenizer_config.json of a byte-level BPE Qwen2 tokenizer with the
+    chat, media and TTS tokens (named as transformers' omni processors read them)."""
+    from omni_qwen.tts.tiny import write_tiny_tokenizer
 
-    symbols = _byte_symbols()
-    vocab = {s: i for i, s in enumerate(symbols)}
-    merges: list[str] = []
-    for word in WORDS:
-        pieces = [symbols[b] for b in word.encode()]
-        current = pieces[0]
-        for piece in pieces[1:]:
-            pair = f"{current} {piece}"
-            if pair not in merges:
-                merges.append(pair)
-            current += piece
-            vocab.setdefault(current, len(vocab))
-    ids = {name: len(vocab) + i for i, name in enumerate(SPECIALS)}
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n", "utf-8")
-    added = {
-        str(i): {
-            "content": name,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
-        }
-        for name, i in ids.items()
+    media = {
+        "image_token": "<|IMAGE|>",
+        "audio_token": "<|AUDIO|>",
+        "video_token": "<|VIDEO|>",
+        "vision_bos_token": "<|vision_bos|>",
+        "vision_eos_token": "<|vision_eos|>",
+        "audio_bos_token": "<|audio_bos|>",
+        "audio_eos_token": "<|audio_eos|>",
     }
-    config = {
-        "tokenizer_class": "Qwen2Tokenizer",
-        "added_tokens_decoder": added,
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": None,
-        "errors": "replace",
-        "model_max_length": 32768,
-        "clean_up_tokenization_spaces": False,
-        "split_special_tokens": False,
-        "extra_special_tokens": {
-            "image_token": "<|IMAGE|>",
-            "audio_token": "<|AUDIO|>",
-            "video_token": "<|VIDEO|>",
-            "vision_bos_token": "<|vision_bos|>",
-            "vision_eos_token": "<|vision_eos|>",
-            "audio_bos_token": "<|audio_bos|>",
-            "audio_eos_token": "<|audio_eos|>",
-        },
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    return ids
+    config = {"additional_special_tokens": None, "extra_special_tokens": media}
+    return write_tiny_tokenizer(folder, WORDS, SPECIALS, config)
 
 
 def tiny_config(ids: dict[str, int], vocab: int) -> dict[str, Any]:
@@ -314,7 +277,12 @@ def build_tiny_qwen25_omni(path: str | Path, seed: int = 0) -> Path:
     model.save_pretrained(str(folder), safe_serialization=True)
     # save_pretrained writes the config transformers normalised; the official layout is kept
     (folder / "config.json").write_text(json.dumps(raw, indent=2), encoding="utf-8")
-    generation = {"eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]], "do_sample": False}
+    # a random talker rarely says its end code: its answers stop at 64 codes (1.3 s)
+    generation = {
+        "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+        "do_sample": False,
+        "talker_max_new_tokens": 64,
+    }
     (folder / "generation_config.json").write_text(json.dumps(generation, indent=2), "utf-8")
     generator = torch.Generator().manual_seed(seed + 2)
     speakers = {

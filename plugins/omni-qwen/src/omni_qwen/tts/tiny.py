@@ -48,19 +48,29 @@ def _byte_symbols() -> list[str]:
     return [table[b] for b in range(256)]
 
 
-def write_tiny_tokenizer(folder: Path) -> dict[str, int]:
-    """vocab.json, merges.txt, tokenizer_config.json; returns the special tokens' ids."""
+def write_tiny_tokenizer(
+    folder: Path,
+    words: tuple[str, ...] = WORDS,
+    specials: tuple[str, ...] = SPECIALS,
+    overrides: dict[str, Any] | None = None,
+) -> dict[str, int]:
+    """vocab.json, merges.txt, tokenizer_config.json; returns the special tokens' ids.
+
+    ``words`` get BPE merges, ``specials`` become added special tokens (the first is the pad
+    token); ``config`` replaces tokenizer_config.json's fields (other models' tiny tokenizers,
+    e.g. Qwen2.5-Omni's media tokens)."""
     symbols = _byte_symbols()
     vocab = {s: i for i, s in enumerate(symbols)}
     merges: list[str] = []
-    for word in WORDS:
+    for word in words:
         pieces = [symbols[b] for b in word.encode()]
         current = pieces[0]
         for piece in pieces[1:]:
-            merges.append(f"{current} {piece}")
+            if f"{current} {piece}" not in merges:
+                merges.append(f"{current} {piece}")
             current += piece
             vocab.setdefault(current, len(vocab))
-    ids = {name: len(vocab) + i for i, name in enumerate(SPECIALS)}
+    ids = {name: len(vocab) + i for i, name in enumerate(specials)}
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     (folder / "merges.txt").write_text(
         "#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8"
@@ -76,10 +86,10 @@ def write_tiny_tokenizer(folder: Path) -> dict[str, int]:
         }
         for name, i in ids.items()
     }
-    config = {
+    fields = {
         "tokenizer_class": "Qwen2Tokenizer",
         "added_tokens_decoder": added,
-        "additional_special_tokens": list(SPECIALS[1:]),
+        "additional_special_tokens": list(specials[1:]),
         "bos_token": None,
         "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",
@@ -90,7 +100,12 @@ def write_tiny_tokenizer(folder: Path) -> dict[str, int]:
         "split_special_tokens": False,
         "add_prefix_space": False,
     }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    for key, value in (overrides or {}).items():  # None: drop that field
+        if value is None:
+            fields.pop(key, None)
+        else:
+            fields[key] = value
+    (folder / "tokenizer_config.json").write_text(json.dumps(fields, indent=2), encoding="utf-8")
     return ids
 
 
