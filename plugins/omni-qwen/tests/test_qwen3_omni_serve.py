@@ -158,3 +158,18 @@ def test_text_answer_and_voices(client: Any, server: str, expected: tuple[str, n
         client.chat.completions.create(
             model=MODEL, messages=MESSAGES, audio={"voice": "nobody", "format": "wav"}, **SPOKEN
         )
+
+
+def test_python_api_answers_as_generate(checkpoint: Path, expected: tuple[str, np.ndarray]) -> None:
+    """``Omni(...).chat``: the registry finds the pipeline by the checkpoint's architecture."""
+    from omni_core import Omni
+
+    omni = Omni(str(checkpoint), device="cpu", left_context=4096)
+    assert type(omni.pipeline).__name__ == "Qwen3OmniPipeline"
+    result = omni.chat("hello world", modalities=["text", "audio"], temperature=0, max_tokens=24)
+    text, wav = expected
+    assert result.text == text and result.sample_rate == 24000
+    assert result.info["finish_reason"] == "stop"
+    np.testing.assert_allclose(result.audio, wav, atol=1e-4, rtol=0)
+    streamed = list(omni.chat_stream("hello world", temperature=0, max_tokens=24))
+    assert "".join(d.text for d in streamed) == text and streamed[-1].usage is not None
