@@ -129,14 +129,10 @@ def build(folder: Path, tiny: bool, device: str) -> tuple[Any, Any]:
         raw = real_config(tiny_mod.tiny_config(tokens))
         (folder / "config.json").write_text(json.dumps(raw, indent=2))
         dtype = torch.bfloat16 if device != "cpu" else torch.float32
-        previous = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            with torch.device(device):
-                model = Qwen3OmniMoeForConditionalGeneration(Qwen3OmniMoeConfig(**raw))
-        finally:
-            torch.set_default_dtype(previous)
-        model.eval()
+        with torch.device(device):  # initialised where it runs, in its dtype
+            model = Qwen3OmniMoeForConditionalGeneration._from_config(
+                Qwen3OmniMoeConfig(**raw), dtype=dtype
+            ).eval()
     processor, _ = load_processor(folder)
     return model.requires_grad_(False), processor
 
@@ -206,14 +202,17 @@ def _line(side: str, level: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tiny", action="store_true", help="the tiny checkpoint (CPU test)")
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--concurrency", default="1,8")
-    parser.add_argument("--max-tokens", type=int, default=24)
-    parser.add_argument("--talker-frames", type=int, default=50)
-    parser.add_argument("--chunk-frames", type=int, default=12)
-    parser.add_argument("--left-context", type=int, default=25)
-    parser.add_argument("--no-reference", action="store_true")
+    for flag in ("--tiny", "--cpu", "--no-reference"):
+        parser.add_argument(flag, action="store_true")
+    numbers = {
+        "--max-tokens": 24,
+        "--talker-frames": 50,
+        "--chunk-frames": 12,
+        "--left-context": 25,
+    }
+    for flag, default in numbers.items():
+        parser.add_argument(flag, type=int, default=default)
+    parser.add_argument("--concurrency", default="1,8", help="levels, comma-separated")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     _paths()
@@ -225,11 +224,7 @@ def main() -> None:
 
     cuda = torch.cuda.is_available() and not args.cpu
     device = "cuda" if cuda else "cpu"
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize()
-
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     levels = [int(c) for c in args.concurrency.split(",")]
     result: dict[str, Any] = {"settings": vars(args) | {"out": str(args.out)}}
     with tempfile.TemporaryDirectory() as tmp:
