@@ -248,6 +248,9 @@ def test_text_only_loading(checkpoint: Path, pipe: Any) -> None:
     _, ids, _ = _answer(text_only.open(_request(text_only, CONVERSATIONS["text"], audio=False)))
     _, full_ids, _ = _answer(pipe.open(_request(pipe, CONVERSATIONS["text"], audio=False)))
     assert ids == full_ids
+    # transformers' config name works too
+    alias = Qwen3OmniPipeline.from_pretrained(checkpoint, _options(enable_audio_output=False))
+    assert alias.output_modalities == ("text",)
 
 
 def test_voices_are_the_speakers(pipe: Any) -> None:

@@ -82,6 +82,7 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
     load_options: ClassVar[dict[str, str]] = {
         "audio_output": "true (default: the config's enable_audio_output): load the talker and "
         "code2wav; false: the thinker only, text answers",
+        "enable_audio_output": "the same as audio_output (transformers' config name)",
         "max_len": "cache positions per request: prompt + answer, and the talker's (default 8192)",
         "first_chunk_frames": "audio frames in the first streamed chunk (default 4)",
         "chunk_frames": "audio frames in each later chunk (default 12)",
@@ -125,7 +126,9 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
 
         path = Path(path)
         raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        wanted = options.extra.get("audio_output", raw.get("enable_audio_output", True))
+        extra = options.extra
+        default = extra.get("enable_audio_output", raw.get("enable_audio_output", True))
+        wanted = extra.get("audio_output", default)
         dtype = options.dtype if options.device.type != "cpu" else torch.float32
         model = Qwen3OmniMoeForConditionalGeneration.from_pretrained(
             path,
