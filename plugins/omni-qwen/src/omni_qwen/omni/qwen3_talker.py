@@ -73,8 +73,9 @@ class Specials:
         suppress[max(vocab - 1024, 0) :] = True
         suppress[self.eos] = False
         self.suppress = suppress
+        media = config.thinker_config  # generate() masks the media positions with its ids
         self.media_ids = torch.tensor(
-            [tc.audio_token_id, tc.image_token_id, tc.video_token_id], device=self.device
+            [media.audio_token_id, media.image_token_id, media.video_token_id], device=self.device
         )
 
 
