@@ -104,11 +104,13 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
         self.schedule = ChunkSchedule(
             first=_int(extra, "first_chunk_frames", 4, 1), rest=_int(extra, "chunk_frames", 12, 1)
         )
-        # at least one frame: a chunk's last samples need the next frame (module docstring)
+        # at least one frame: a chunk's last samples need the next one (see .qwen3_talker)
         self.left_context = _int(extra, "left_context", 25, 1)
         self.max_audio_frames = _int(extra, "max_audio_frames", 4095, 1)
         config = model.config
-        self.speakers: dict[str, int] = dict(config.talker_config.speaker_id or {})
+        tc_speakers = config.talker_config.speaker_id if self.audio else {}
+        # lower-case names, as generate() looks them up
+        self.speakers = {str(k).lower(): int(v) for k, v in (tc_speakers or {}).items()}
         self.sample_rate = 24000
         self.ids = {
             "im_start": int(config.im_start_token_id),
@@ -160,7 +162,9 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
     def voices(self) -> list[Voice]:
         if not self.audio:
             return []
-        return [Voice(id=n, name=n, description="Qwen3-Omni speaker") for n in self.speakers]
+        return [
+            Voice(id=n, name=n.title(), description="Qwen3-Omni speaker") for n in self.speakers
+        ]
 
     def validate(self, request: GenerationRequest) -> GenerationRequest:
         if request.voice:
