@@ -1,5 +1,5 @@
-"""omni plugin entry point of omni-qwen: registers the Qwen-Image, Qwen3-TTS and Qwen2.5-Omni
-pipelines (lazily, no torch)."""
+"""omni plugin entry point of omni-qwen: registers the Qwen-Image, Qwen3-TTS, Qwen2.5-Omni
+and Qwen3-Omni pipelines (lazily, no torch)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,18 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             description="Qwen2.5-Omni (3B/7B): text, image, audio and video in, text and speech "
             "out; thinker and talker on the chat runtime (concurrent answers share decode "
             "steps), token2wav on the whole answer or streamed chunks.",
+        )
+    )
+    register(
+        PipelineSpec(
+            name="qwen3-omni",
+            implementation="omni_qwen.omni.qwen3_pipeline:Qwen3OmniPipeline",
+            tasks=("chat",),
+            architectures=("Qwen3OmniMoeForConditionalGeneration",),
+            capabilities=PipelineCapabilities(streaming=True, step_batching=True),
+            description="Qwen3-Omni (30B-A3B MoE): text, image, audio and video in, text and "
+            "speech out; thinker, talker and code predictor on the chat runtime (concurrent "
+            "answers share decode steps), code2wav streamed in chunks with left context.",
         )
     )
 
