@@ -171,8 +171,8 @@ def test_image_answer_audio_equals_generate(pipe: Any, reference: Any) -> None:
 
 
 def test_streamed_deltas_concatenate_to_the_whole(pipe: Any) -> None:
-    request = _request(pipe, CONVERSATIONS["system+turns"], audio=True, max_tokens=12)
-    stream = pipe.open(request)
+    request = _request(pipe, CONVERSATIONS["system+turns"], audio=True, max_tokens=12, stream=True)
+    stream = pipe.open(request)  # streamed: code2wav chunks (not streamed: one piece)
     deltas, ids, audio = _answer(stream)
     text_deltas = [d.text for d in deltas if d.text]
     assert len(text_deltas) > 1 and sum(d.audio is not None for d in deltas) > 2

@@ -64,6 +64,7 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
 
     load_options: ClassVar[dict[str, str]] = {
         "audio_output": "on (default): load the talker and token2wav; off: text answers only",
+        "enable_audio_output": "the same as audio_output (transformers' config name)",
         "talker_max_frames": "speech codes per answer at most (default: generation_config.json "
         "talker_max_new_tokens, else 4096)",
         "talker_sample": "on (default): the talker samples as transformers does; off: greedy",
@@ -117,7 +118,8 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         from .qwen25_loading import load_model, load_processor
 
         raw = json.loads((path / "config.json").read_text("utf-8"))
-        wanted = options.extra.get("audio_output", raw.get("enable_audio_output", True))
+        default = options.extra.get("enable_audio_output", raw.get("enable_audio_output", True))
+        wanted = options.extra.get("audio_output", default)
         dtype = options.dtype if options.device.type != "cpu" else torch.float32
         model = load_model(
             path, device=options.device, dtype=dtype, audio_output=_flag(wanted, "audio_output")

@@ -146,6 +146,8 @@ class TalkerFollower(SpeechFollower):
                 "seen": torch.zeros(sp.suppress.shape[0], dtype=torch.bool, device=sp.device),
             },
             max_frames=int(state.data["max_frames"]),
+            # a non-streamed answer is decoded in one piece (no chunk joins at all)
+            schedule=None if state.request.stream else ChunkSchedule.whole(),
         )
 
     def _positions(self, state: TextState, talker_ids: torch.Tensor) -> tuple[torch.Tensor, Any]:
