@@ -9,12 +9,11 @@ tokenizer files and safetensors). What else is read here:
   honours ``HF_HUB_OFFLINE`` and the cache.
 - the processor: ``Qwen2_5OmniProcessor.from_pretrained``; where torchvision is missing (its video
   processor needs it) the same processor class is built from the tokenizer, feature extractor and
-  image processor of the folder, and video parts are refused.
+  image processor of the folder (:mod:`.processors`), and video parts are refused.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from typing import Any
 from omni_core import ConfigError
 
 SPEAKERS_FILE = "spk_dict.pt"
-log = logging.getLogger("omni.qwen")
 
 
 def speakers_file(folder: Path) -> Path:
@@ -44,42 +42,13 @@ def speakers_file(folder: Path) -> Path:
         raise ConfigError(f"{org}/{name}: cannot get {SPEAKERS_FILE} ({exc})") from exc
 
 
-def _without_video() -> type:
-    from transformers import Qwen2_5OmniProcessor
-
-    class Qwen2_5OmniProcessorNoVideo(Qwen2_5OmniProcessor):
-        """transformers' processor with no video processor (torchvision is not installed)."""
-
-        def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
-            if argument is None and argument_name == "video_processor":
-                return None
-            return super().check_argument_for_proper_class(argument_name, argument)
-
-    return Qwen2_5OmniProcessorNoVideo
-
-
 def load_processor(folder: Path) -> tuple[Any, bool]:
     """(the processor, whether it takes videos)."""
-    from transformers.utils import is_torchvision_available
+    from transformers import Qwen2_5OmniProcessor
 
-    if is_torchvision_available():
-        from transformers import Qwen2_5OmniProcessor
+    from .processors import load_processor as load
 
-        try:
-            return Qwen2_5OmniProcessor.from_pretrained(str(folder)), True
-        except Exception as exc:  # noqa: BLE001 - e.g. no video processor files: go on without
-            log.warning("%s: the processor loads without its video processor (%s)", folder, exc)
-    from transformers import AutoImageProcessor, AutoTokenizer, WhisperFeatureExtractor
-
-    template = folder / "chat_template.jinja"
-    processor = _without_video()(
-        image_processor=AutoImageProcessor.from_pretrained(str(folder)),
-        video_processor=None,
-        feature_extractor=WhisperFeatureExtractor.from_pretrained(str(folder)),
-        tokenizer=AutoTokenizer.from_pretrained(str(folder)),
-        chat_template=template.read_text("utf-8") if template.is_file() else None,
-    )
-    return processor, False
+    return load(folder, Qwen2_5OmniProcessor)
 
 
 def load_model(folder: Path, *, device: Any, dtype: Any, audio_output: bool) -> Any:

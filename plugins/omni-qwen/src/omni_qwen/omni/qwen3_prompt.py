@@ -11,7 +11,6 @@ the processor, as the model card does.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,41 +22,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from omni_core import ChatMessage
 
 
-def _chat_template(folder: Path) -> str | None:
-    for name in ("chat_template.json", "chat_template.jinja"):
-        path = folder / name
-        if path.is_file():
-            text = path.read_text(encoding="utf-8")
-            return json.loads(text)["chat_template"] if name.endswith(".json") else text
-    return None
-
-
 def load_processor(folder: str | Path) -> tuple[Any, bool]:
     """(the processor of ``folder``, whether it reads videos)."""
     from transformers import Qwen3OmniMoeProcessor
-    from transformers.utils import is_torchvision_available
 
-    folder = Path(folder)
-    if is_torchvision_available():
-        return Qwen3OmniMoeProcessor.from_pretrained(folder), True
-    from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoTokenizer
+    from .processors import load_processor as load
 
-    class Qwen3OmniMoeProcessorWithoutVideo(Qwen3OmniMoeProcessor):
-        """transformers' processor, no video processor (it needs torchvision)."""
-
-        def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
-            if argument_name == "video_processor" and argument is None:
-                return None
-            return super().check_argument_for_proper_class(argument_name, argument)
-
-    processor = Qwen3OmniMoeProcessorWithoutVideo(
-        image_processor=AutoImageProcessor.from_pretrained(folder),
-        video_processor=None,
-        feature_extractor=AutoFeatureExtractor.from_pretrained(folder),
-        tokenizer=AutoTokenizer.from_pretrained(folder),
-        chat_template=_chat_template(folder),
-    )
-    return processor, False
+    return load(folder, Qwen3OmniMoeProcessor)
 
 
 def encode(
