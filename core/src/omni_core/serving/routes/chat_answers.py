@@ -36,7 +36,7 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -207,76 +207,78 @@ async def answer(
         chunk = {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
         return f"data: {json.dumps(chunk)}\n\n".encode()
 
-    async def vllm_events() -> AsyncIterator[bytes]:
+    def closing(result: GenerationResult, last: dict[str, Any], **extra: Any) -> list[bytes]:
+        """The last choice chunk (with the finish reason), the usage chunk when asked, DONE."""
+        out = [event(last, result.info.get("finish_reason", "stop"), **extra)]
+        if include_usage:
+            out.append(event(None, usage=_usage(result.info.get("usage") or ChatUsage())))
+        return [*out, b"data: [DONE]\n\n"]
+
+    async def guarded(chunks: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
+        """``chunks``, and the answer cancelled if the client leaves before its end."""
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()
+            if not job.future.done():
+                engine.cancel(job, "the client disconnected")
+
+    async def vllm_events() -> AsyncGenerator[bytes, None]:
         """vLLM-Omni's stream: each chunk says its ``modality``; an audio chunk's
         ``delta.content`` is a base64 WAV file of that piece; the finish reason comes last."""
         item: Item = first
-        try:
-            yield event({"role": "assistant", "content": ""}, modality="text")
-            while isinstance(item, ChatDelta):
-                if item.text:
-                    yield event({"content": item.text}, modality="text")
-                if item.audio is not None and len(item.audio.samples):
-                    chunk = item.audio
-                    wav = await asyncio.to_thread(
-                        media.encode_audio, chunk.samples, chunk.sample_rate, "wav"
-                    )
-                    yield event({"content": media.b64(wav)}, modality="audio")
-                item = await queue.get()
-            if (exc := item.exception()) is not None:
-                yield _error_event(exc)
-                return
-            result = item.result()
-            last = "audio" if spoken else "text"
-            yield event({}, result.info.get("finish_reason", "stop"), modality=last)
-            if include_usage:
-                yield event(None, usage=_usage(result.info.get("usage") or ChatUsage()))
-            yield b"data: [DONE]\n\n"
-        finally:
-            if not job.future.done():
-                engine.cancel(job, "the client disconnected")
+        yield event({"role": "assistant", "content": ""}, modality="text")
+        while isinstance(item, ChatDelta):
+            if item.text:
+                yield event({"content": item.text}, modality="text")
+            if item.audio is not None and len(item.audio.samples):
+                chunk = item.audio
+                wav = await asyncio.to_thread(
+                    media.encode_audio, chunk.samples, chunk.sample_rate, "wav"
+                )
+                yield event({"content": media.b64(wav)}, modality="audio")
+            item = await queue.get()
+        if (exc := item.exception()) is not None:
+            yield _error_event(exc)
+            return
+        for chunk in closing(item.result(), {}, modality="audio" if spoken else "text"):
+            yield chunk
 
-    async def events() -> AsyncIterator[bytes]:
+    async def events() -> AsyncGenerator[bytes, None]:
         item: Item = first
         audio = _AudioPieces(audio_id, _codec(fmt)) if spoken else None
         transcript: list[str] = []
-        try:
-            yield event({"role": "assistant", "content": ""})
-            while isinstance(item, ChatDelta):
-                delta: dict[str, Any] = {}
-                if item.text:
-                    transcript.append(item.text)
-                    delta["content"] = item.text
-                    if audio is not None:
-                        delta["audio"] = {"id": audio_id, "transcript": item.text}
-                try:
-                    if audio is not None and item.audio is not None:
-                        audio.add(delta, item.audio)
-                except Exception as exc:  # noqa: BLE001 - e.g. a rate the format cannot carry
-                    yield _error_event(exc)
-                    return
-                if delta:
-                    yield event(delta)
-                item = await queue.get()
-            if (exc := item.exception()) is not None:
+        yield event({"role": "assistant", "content": ""})
+        while isinstance(item, ChatDelta):
+            delta: dict[str, Any] = {}
+            if item.text:
+                transcript.append(item.text)
+                delta["content"] = item.text
+                if audio is not None:
+                    delta["audio"] = {"id": audio_id, "transcript": item.text}
+            try:
+                if audio is not None and item.audio is not None:
+                    audio.add(delta, item.audio)
+            except Exception as exc:  # noqa: BLE001 - e.g. a rate the format cannot carry
                 yield _error_event(exc)
                 return
-            result = item.result()
-            last: dict[str, Any] = {}
-            if audio is not None:
-                last["audio"] = {"id": audio_id, "expires_at": expires}
-                audio.close(last)
-                remember("".join(transcript))
-            yield event(last, result.info.get("finish_reason", "stop"))
-            if include_usage:
-                yield event(None, usage=_usage(result.info.get("usage") or ChatUsage()))
-            yield b"data: [DONE]\n\n"
-        finally:
-            if not job.future.done():
-                engine.cancel(job, "the client disconnected")
+            if delta:
+                yield event(delta)
+            item = await queue.get()
+        if (exc := item.exception()) is not None:
+            yield _error_event(exc)
+            return
+        last: dict[str, Any] = {}
+        if audio is not None:
+            last["audio"] = {"id": audio_id, "expires_at": expires}
+            audio.close(last)
+            remember("".join(transcript))
+        for chunk in closing(item.result(), last):
+            yield chunk
 
     return StreamingResponse(
-        vllm_events() if vllm and spoken else events(),
+        guarded(vllm_events() if vllm and spoken else events()),
         media_type="text/event-stream",
         headers={**headers, "Cache-Control": "no-cache"},
     )
