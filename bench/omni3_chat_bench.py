@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omni_chat_bench import PROMPT, _paths, run_omni
+from omni_chat_bench import PROMPT, _paths, profile_omni, run_omni
 
 #: The Qwen3-Omni-30B-A3B sizes that differ from the tiny checkpoint's, per sub-config.
 SIZES: dict[str, dict[str, Any]] = {
@@ -213,6 +213,7 @@ def main() -> None:
     for flag, default in numbers.items():
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--concurrency", default="1,8", help="levels, comma-separated")
+    parser.add_argument("--profile", default="", help="levels to profile per stage, e.g. 1,8")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     _paths()
@@ -264,6 +265,11 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - reported in the results file
                 result[f"{side}_error"] = f"{type(exc).__name__}: {exc}"
                 print(f"{side} failed: {result[f'{side}_error']}", flush=True)
+        result["profile"] = [
+            profile_omni(pipeline, int(c), args.max_tokens, sync)
+            for c in args.profile.split(",")
+            if c.strip()
+        ]
         result["peak_gpu_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
     result["model"] = "tiny" if args.tiny else "Qwen3-Omni-30B-A3B sizes, random weights"
     result["device"] = torch.cuda.get_device_name(0) if cuda else "cpu"

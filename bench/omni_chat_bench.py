@@ -30,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +182,11 @@ def _stats(values: list[float]) -> dict[str, float]:
     }
 
 
-def run_omni(pipeline: Any, concurrency: int, tokens: int, sync: Any) -> dict[str, Any]:
+def run_omni(
+    pipeline: Any, concurrency: int, tokens: int, sync: Any, streamed: bool = True
+) -> dict[str, Any]:
+    """One level: ``concurrency`` answers opened at once; ``streamed``: speech in chunks as a
+    streaming client gets it (False: the whole answer's speech decoded in one piece)."""
     from omni_core import ChatMessage, GenerationRequest
 
     runtime = pipeline.shared_runtime()
@@ -193,6 +198,7 @@ def run_omni(pipeline: Any, concurrency: int, tokens: int, sync: Any) -> dict[st
                 max_tokens=tokens,
                 temperature=0,
                 seed=0,
+                stream=streamed,
             )
         )
         for i in range(concurrency)
@@ -242,7 +248,86 @@ def run_omni(pipeline: Any, concurrency: int, tokens: int, sync: Any) -> dict[st
         "rtf": _stats([(end[i] - t0) / max(audio_s[i], 1e-9) for i in range(concurrency)]),
         "wall_s": wall,
         "thinker_steps": runtime.steps - steps0,
+        "streamed": streamed,
     }
+
+
+def answer_audio(pipeline: Any, tokens: int) -> Any:
+    """One streamed answer's audio (numpy), to compare two decode paths."""
+    import numpy as np
+
+    from omni_core import ChatMessage, GenerationRequest
+
+    request = pipeline.validate(
+        GenerationRequest(
+            messages=[ChatMessage.text("user", PROMPT.format(0))],
+            modalities=("text", "audio"),
+            max_tokens=tokens,
+            temperature=0,
+            seed=0,
+            stream=True,
+        )
+    )
+    stream = pipeline.open(request)
+    runtime = pipeline.shared_runtime()
+    pieces = []
+    while not stream.done:
+        runtime.step()
+        pieces += [d.audio.samples for d in stream.poll() if d.audio is not None]
+    pieces += [d.audio.samples for d in stream.poll() if d.audio is not None]
+    return np.concatenate(pieces)
+
+
+def profile_omni(pipeline: Any, concurrency: int, tokens: int, sync: Any) -> dict[str, Any]:
+    """Per-stage time of one level (an untimed pass: every stage call is wrapped in device
+    synchronisations, so its wall time is its own; host work is the rest of the step)."""
+    runtime = pipeline.shared_runtime()
+    spent: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    undo: list[tuple[Any, str, Any]] = []
+
+    def wrap(owner: Any, attr: str, name: str) -> None:
+        fn = getattr(owner, attr)
+
+        def timed(*a: Any, **k: Any) -> Any:
+            sync()
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                sync()
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
+                calls[name] = calls.get(name, 0) + 1
+
+        setattr(owner, attr, timed)
+        undo.append((owner, attr, fn))
+
+    wrap(runtime.stages.decoder, "prefill", "thinker_prefill")
+    wrap(runtime.stages.decoder, "decode", "thinker_step")
+    if runtime.talker is not None:
+        speech = runtime.talker.stages
+        wrap(speech.decoder, "prefill", "talker_prefill")
+        wrap(speech.decoder, "decode", "talker_step")
+        for i, stage in enumerate(speech.frame_stages):
+            wrap(stage, "run", f"frame_stage_{i}")
+        wrap(speech.codec, "decode", "codec_chunk")
+    wrap(runtime, "step", "step")
+    try:
+        level = run_omni(pipeline, concurrency, tokens, sync)
+    finally:
+        for owner, attr, fn in reversed(undo):
+            setattr(owner, attr, fn)
+    steps = max(calls.get("step", 1), 1)
+    stages = {
+        k: {"calls": calls[k], "ms_per_call": v * 1e3 / calls[k], "ms_per_step": v * 1e3 / steps}
+        for k, v in spent.items()
+        if k != "step"
+    }
+    host = spent.get("step", 0.0) - sum(v for k, v in spent.items() if k != "step")
+    stages["host_work"] = {"ms_per_step": host * 1e3 / steps}
+    summary = ", ".join(f"{k} {v['ms_per_step']:.1f}" for k, v in stages.items())
+    print(f"profile c={concurrency}: {steps} steps, ms/step: {summary}", flush=True)
+    return {"concurrency": concurrency, "steps": steps, "stages": stages, "wall_s": level["wall_s"]}
 
 
 def run_transformers(
@@ -276,6 +361,7 @@ def run_transformers(
             thinker_do_sample=False,
             talker_do_sample=False,
             talker_max_new_tokens=frames,
+            talker_min_new_tokens=frames,
             **({"talker_bad_words_ids": bad} if bad else {}),
         )
     sync()
@@ -306,6 +392,7 @@ def main() -> None:
     parser.add_argument("--chunk-frames", type=int, default=25)
     parser.add_argument("--first-chunk-frames", type=int, default=10)
     parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--profile", default="", help="levels to profile per stage, e.g. 1,8")
     parser.add_argument("--layers", type=int, help="cut every stack (CPU check of the 7B path)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -342,8 +429,22 @@ def main() -> None:
                 "audio_first_chunk_frames": args.first_chunk_frames,
             },
         )
-        pipeline = Qwen25OmniPipeline(model, processor, False, options, generation)
-        pipeline.max_concurrency = max(levels)
+
+        def make(graphs: str) -> Any:
+            extra = options.extra | {"cuda_graphs": graphs}
+            made = Qwen25OmniPipeline(
+                model, processor, False, replace(options, extra=extra), generation
+            )
+            made.max_concurrency = max(levels)
+            # The same work on both sides: random weights end a greedy talker at chaotic
+            # points (a bf16 near-tie decides), so neither side may stop early: exactly
+            # --talker-frames codes per answer (transformers gets talker_min_new_tokens).
+            talker = made.shared_runtime().talker
+            if talker is not None:
+                talker.stages.decoder.stop_ids = talker.stages.decoder.stop_ids[:0]
+            return made
+
+        pipeline = make("on")
         run_omni(pipeline, 1, 4, sync)  # warm-up
         omni_levels, reference = [], []
         for concurrency in levels:
@@ -357,6 +458,30 @@ def main() -> None:
                 f"audio {level['audio_s_per_request']:.2f} s/request",
                 flush=True,
             )
+        whole = run_omni(pipeline, 1, args.max_tokens, sync, streamed=False)
+        print(f"omni c=1 not streamed: wall {whole['wall_s']:.2f} s", flush=True)
+        eager = make("off")
+        run_omni(eager, 1, 4, sync)  # warm-up
+        eager_level = run_omni(eager, 1, args.max_tokens, sync)
+        graphs_report = pipeline.shared_runtime().talker.stages.codec.graphs.report()
+        same = answer_audio(pipeline, args.max_tokens), answer_audio(eager, args.max_tokens)
+        graphs = {
+            "dit_graphs": graphs_report,
+            "eager_c1": eager_level,
+            "max_abs_diff_vs_eager": float(abs(same[0] - same[1]).max()),
+        }
+        print(
+            f"omni c=1 eager DiT: ttfa {eager_level['ttfa_s']['mean'] * 1e3:.0f} ms, rtf "
+            f"{eager_level['rtf']['mean']:.3f}; graphs vs eager audio max |diff| "
+            f"{graphs['max_abs_diff_vs_eager']:.2e}",
+            flush=True,
+        )
+        del eager
+        profiles = [
+            profile_omni(pipeline, int(c), args.max_tokens, sync)
+            for c in args.profile.split(",")
+            if c.strip()
+        ]
         if not args.no_reference:
             run_transformers(model, processor, 1, 4, 8, sync)  # warm-up
             for concurrency in levels:
@@ -378,6 +503,9 @@ def main() -> None:
         "peak_gpu_bytes": peak,
         "settings": vars(args) | {"out": str(args.out)},
         "omni": omni_levels,
+        "omni_not_streamed": whole,
+        "cuda_graphs": graphs,
+        "profile": profiles,
         "transformers": reference,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

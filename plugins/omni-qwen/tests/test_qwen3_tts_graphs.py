@@ -160,39 +160,15 @@ def test_static_path_crosses_key_buckets(checkpoint, eager, monkeypatch) -> None
     assert {key[1] for key in talker._fns} >= {64, 128}
 
 
-class _EmulatedGraph:
-    """What a captured graph does, on CPU: replay reruns the step into the same outputs."""
-
-    def __init__(self, fn, outputs) -> None:
-        self.fn, self.outputs = fn, outputs
-
-    def replay(self) -> None:
-        for mine, new in zip(self.outputs, self.fn(), strict=True):
-            mine.copy_(new)
-
-
-def _emulate_capture(runner) -> None:
-    """Make ``runner`` take its capture path on CPU: warm-up calls (their side effects
-    included), a stored step whose outputs a replay overwrites, clones handed out."""
-
-    def capture(key, fn):
-        for _ in range(runner.warmup + 1):  # the warm-up runs and the capture's own run
-            outputs = runner._checked(fn())
-        runner._graphs[key] = (_EmulatedGraph(fn, outputs), outputs)
-        runner.captured += 1
-        return runner._graphs[key]
-
-    runner.capture = True
-    runner._capture = capture
-
-
-def test_the_capture_path_emulated_on_cpu_gives_the_reference_codes(checkpoint) -> None:
+def test_the_capture_path_emulated_on_cpu_gives_the_reference_codes(
+    checkpoint, emulate_capture
+) -> None:
     """Every batch bucket captured at the first step (on stale inputs, warm-up calls repeated),
     replays overwriting their outputs: codes still equal reference_generate."""
     omni = Omni(checkpoint, device="cpu", cuda_graphs="static")
     stages = omni.pipeline.shared_runtime().stages
     for runner in (stages.decoder.runner, stages.frame_stages[0].runner):
-        _emulate_capture(runner)
+        emulate_capture(runner)
     requests = _requests(omni, [20, 8, 16])
     streams = _interleaved(omni, requests, join_every=2)
     _assert_reference(omni, requests, streams)

@@ -19,7 +19,8 @@ answer, then the whole talker answer, then token2wav) runs here as it is written
   has no embedding for: never said by a trained talker), the codec pad and end codes stop it.
   ``lead = 2``: the first reply entry exists once two tokens are made.
 - :class:`Token2WavDecoder` (a :class:`~omni_core.ChunkDecoder`): the DiT + BigVGAN, one row at a
-  time (its noise is seeded per row, as transformers decodes each sample alone). A frame carries
+  time (its noise is seeded per row, as transformers decodes each sample alone); on CUDA the
+  DiT's forward is replayed as CUDA graphs (:mod:`.qwen25_dit_graphs`). A frame carries
   three integers: the code, the speaker's index and the request's noise seed (the codec is not
   told the states of its rows).
 """
@@ -208,8 +209,19 @@ class Token2WavDecoder(ChunkDecoder):
 
     sample_rate = 24000
 
-    def __init__(self, token2wav: Any, speakers: list[dict[str, Any]], steps: int, left: int):
+    def __init__(
+        self,
+        token2wav: Any,
+        speakers: list[dict[str, Any]],
+        steps: int,
+        left: int,
+        graphs: bool = True,
+    ) -> None:
+        from .qwen25_dit_graphs import GraphedDiT
+
         dit = token2wav.code2wav_dit_model
+        #: The DiT's forward replayed as CUDA graphs inside :meth:`decode` (``cuda_graphs``).
+        self.graphs = GraphedDiT(dit, capture=graphs)
         bigvgan = token2wav.config.bigvgan_config
         upsample = 1
         for rate in bigvgan.upsample_rates:
@@ -224,6 +236,12 @@ class Token2WavDecoder(ChunkDecoder):
 
         new = codes.shape[-1] - context
         tails = codes[:, 1:, 0].to("cpu").tolist()  # speaker index, seed (one small read)
+        with self.graphs.scope():
+            return torch.stack(self._rows(codes, tails, new))
+
+    def _rows(self, codes: torch.Tensor, tails: list[list[int]], new: int) -> list[torch.Tensor]:
+        import torch
+
         cuda = self.device.type == "cuda"
         devices = [self.device.index or torch.cuda.current_device()] if cuda else []
         out = []
@@ -238,7 +256,7 @@ class Token2WavDecoder(ChunkDecoder):
                     num_steps=self.steps,
                 ).reshape(-1)
             out.append(wav[wav.shape[0] - new * self.samples_per_frame :].float())
-        return torch.stack(out)
+        return out
 
 
 class TalkerFollower(SpeechFollower):

@@ -1,0 +1,54 @@
+"""Qwen2.5-Omni's token2wav DiT replayed as graphs (``cuda_graphs``), its capture path emulated
+on CPU: a streamed answer's audio equals the eager forward's sample for sample, the recurring
+chunk shape is captured once and replayed, a shape seen once runs eagerly, the forward is
+swapped only during omni's decode, and the option is checked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from omni_core import ChatMessage, ConfigError, Omni
+
+FIELDS = {"max_tokens": 10, "temperature": 0, "modalities": ("text", "audio"), "seed": 0}
+LOAD = {"talker_max_frames": 30, "talker_sample": "off", "audio_chunk_frames": 6}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from omni_qwen.omni.qwen25_tiny import build_tiny_qwen25_omni
+
+    return build_tiny_qwen25_omni(tmp_path_factory.mktemp("qwen25-graphs") / "tiny")
+
+
+def _answer(omni: Omni) -> np.ndarray:
+    pipeline = omni.pipeline
+    messages = [ChatMessage.text("user", "say something")]
+    request = pipeline.validate(omni.request(messages=messages, stream=True, **FIELDS))
+    pieces = [d.audio.samples for d in pipeline.open(request) if d.audio is not None]
+    assert len(pieces) >= 3  # several chunks: the standard chunk shape recurs
+    return np.concatenate(pieces)
+
+
+def test_graphed_dit_audio_equals_the_eager_forward(checkpoint: Any, emulate_capture: Any) -> None:
+    eager = _answer(Omni(checkpoint, device="cpu", cuda_graphs="off", **LOAD))
+    omni = Omni(checkpoint, device="cpu", **LOAD)
+    codec = omni.pipeline.shared_runtime().talker.stages.codec
+    emulate_capture(codec.graphs.runner)
+    dit = codec.token2wav.code2wav_dit_model
+    assert "forward" not in vars(dit)
+    graphed = _answer(omni)
+    assert "forward" not in vars(dit)  # swapped in for omni's decode only
+    np.testing.assert_array_equal(graphed, eager)
+    report = codec.graphs.report()
+    assert report["path"] == "cuda-graphs" and report["replays"] > 0
+    # one graph per shape that came twice, not one per chunk or per ODE evaluation
+    assert 1 <= report["captured"] <= 3 < report["replays"]
+    assert report["eager_calls"] == 0  # the runner ran nothing eagerly: first sightings did
+
+
+def test_cuda_graphs_option_is_checked(checkpoint: Any) -> None:
+    with pytest.raises(ConfigError, match="cuda_graphs"):
+        Omni(checkpoint, device="cpu", cuda_graphs="sometimes")
