@@ -311,6 +311,29 @@ def test_serve_speech_formats(live_server, openai_client, fmt: str) -> None:
         assert data[:3] == b"ID3" or data[0] == 0xFF
 
 
+def test_serve_speech_without_a_format_is_the_servers_default(live_server, openai_client) -> None:
+    """No response_format (the openai SDK then sends none): wav, vLLM-Omni's default, which its
+    clients save as .wav; ``--speech-format mp3`` gives OpenAI's default instead."""
+    live_server.need("tts")
+    config = live_server.state.config
+    assert config.speech_format == "wav"
+    response = openai_client.audio.speech.create(
+        model="tts", input="hello world", voice=_voice(live_server)
+    )
+    assert response.response.headers["content-type"] == "audio/wav"
+    assert response.read()[:4] == b"RIFF"
+    object.__setattr__(config, "speech_format", "mp3")  # what --speech-format mp3 sets
+    try:
+        response = openai_client.audio.speech.create(
+            model="tts", input="hello world", voice=_voice(live_server)
+        )
+    finally:
+        object.__setattr__(config, "speech_format", "wav")
+    data = response.read()
+    assert response.response.headers["content-type"] == "audio/mpeg"
+    assert data[:3] == b"ID3" or data[0] == 0xFF
+
+
 def _voice(live_server) -> str:
     voices = live_server.state.models["tts"].omni.pipeline.voices()
     return voices[0].id if voices else "default"

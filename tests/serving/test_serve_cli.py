@@ -28,6 +28,7 @@ def _run(*args: str) -> object:
         (["serve", "m", "--warmup-request", "[1]"], "JSON object"),
         (["serve", "m", "--option", "novalue"], "KEY=VALUE"),
         (["serve", "m", "--public-url", "ftp://example.com"], "public_url"),
+        (["serve", "m", "--speech-format", "ogg"], "'ogg'"),
         (["bench", "serve"], "--task"),
         (["bench", "serve", "--task", "t2i", "--request-rate", "0"], "> 0"),
         (["bench", "serve", "--task", "t2i", "--request-rate", "fast"], "not a number"),
@@ -125,6 +126,27 @@ def test_serve_cli_warns_when_public_without_key() -> None:
     result = _run("serve", "/no/such/folder", "--host", "0.0.0.0")
     assert "without an API key" in result.output
     assert result.exit_code == 2  # and the missing model still stops it before binding
+
+
+def test_serve_cli_answer_flags_reach_the_server_config(checkpoints, monkeypatch) -> None:
+    """``--speech-format`` and ``--chat-modalities`` set the config the app is made from
+    (nothing is bound: the app factory is replaced)."""
+    from omni_core.serving import app as app_module
+    from omni_core.serving import config as config_module
+
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(app_module, "serve_draining", lambda *a, **k: None)
+    monkeypatch.setattr(
+        "omni_core.serving.create_app", lambda config: seen.setdefault("config", config)
+    )
+    assert "wan" in checkpoints.paths, checkpoints.missing
+    wan = str(checkpoints.paths["wan"])
+    result = _run("serve", wan, "--speech-format", "mp3", "--chat-modalities", "text")
+    assert result.exit_code == 0, result.output
+    config = seen["config"]
+    assert isinstance(config, config_module.ServerConfig)
+    assert (config.speech_format, config.chat_modalities) == ("mp3", "text")
+    assert config_module.ServerConfig(models=config.models).speech_format == "wav"
 
 
 def test_serve_cli_refuses_a_loading_option_no_pipeline_reads(checkpoints) -> None:

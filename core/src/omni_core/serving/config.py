@@ -75,6 +75,9 @@ class ServerConfig(BaseModel):
     #: model: ``"model"``, everything it answers with (text and speech: vLLM-Omni's default),
     #: or ``"text"`` (OpenAI's; plain text clients then never receive audio).
     chat_modalities: Literal["model", "text"] = "model"
+    #: The audio format of a speech answer whose request names no ``response_format``: wav
+    #: (vLLM-Omni's default, what its clients save as ``.wav``) or mp3 (OpenAI's), flac, pcm.
+    speech_format: Literal["wav", "mp3", "flac", "pcm"] = "wav"
     #: Base of the absolute ``url``s in image responses (``--public-url``, e.g. behind a proxy);
     #: None: the base URL the request came in on.
     public_url: str | None = Field(None, max_length=2000, pattern=r"^https?://")

@@ -122,8 +122,10 @@ class SpeechBody(_Body):
 
     input: str = Field(min_length=1, max_length=4096)
     voice: str | dict[str, Any] | None = None
-    response_format: Literal["wav", "pcm", "flac", "mp3"] = Field(
-        "mp3", description="OpenAI's default, mp3; vLLM-Omni's is wav: send it to get wav."
+    response_format: Literal["wav", "pcm", "flac", "mp3"] | None = Field(
+        None,
+        description="Unset: the server's --speech-format (wav by default, vLLM-Omni's default; "
+        "OpenAI's is mp3).",
     )
     speed: float = Field(1.0, ge=0.25, le=4.0)
     stream: bool = False

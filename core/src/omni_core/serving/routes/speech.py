@@ -107,6 +107,8 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         reference, uploaded = await voices.reference_for(state, served, data, _voice_of(data))
         data = compat.translate("speech", data, request, served.pipeline)
         body = validate(SpeechBody, data)
+        # no format given: the server's (--speech-format, wav by default as in vLLM-Omni)
+        fmt = body.response_format or state.config.speech_format
         extras = {**body.extras(), **native}
         if body.instructions and "instructions" in pipeline.extras_model.model_fields:
             extras["instructions"] = body.instructions
@@ -138,10 +140,10 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 from omni_core import audio as dsp
 
                 audio, rate = dsp.resample(audio, rate, body.sample_rate), body.sample_rate
-            encoded = await asyncio.to_thread(media.encode_audio, audio, rate, body.response_format)
+            encoded = await asyncio.to_thread(media.encode_audio, audio, rate, fmt)
             return Response(
                 encoded,
-                media_type=media.AUDIO_MEDIA_TYPES[body.response_format],
+                media_type=media.AUDIO_MEDIA_TYPES[fmt],
                 headers={**headers, "x-omni-sample-rate": str(rate)},
             )
 
@@ -167,7 +169,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 code="unsupported_parameter",
             )
         # SSE carries base64 PCM deltas (OpenAI's speech.audio.delta); a raw stream is encoded.
-        encoder, _ = media.stream_encoder("pcm" if sse else body.response_format, rate)
+        encoder, _ = media.stream_encoder("pcm" if sse else fmt, rate)
 
         async def items() -> AsyncIterator[Item]:
             item: Item = first
