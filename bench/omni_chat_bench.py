@@ -34,6 +34,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from stage_timer import StageTimer
+
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "Tell me about the sound of the sea in the morning, number {:03d}."
 
@@ -282,41 +284,22 @@ def profile_omni(pipeline: Any, concurrency: int, tokens: int, sync: Any) -> dic
     """Per-stage time of one level (an untimed pass: every stage call is wrapped in device
     synchronisations, so its wall time is its own; host work is the rest of the step)."""
     runtime = pipeline.shared_runtime()
-    spent: dict[str, float] = {}
-    calls: dict[str, int] = {}
-    undo: list[tuple[Any, str, Any]] = []
-
-    def wrap(owner: Any, attr: str, name: str) -> None:
-        fn = getattr(owner, attr)
-
-        def timed(*a: Any, **k: Any) -> Any:
-            sync()
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                sync()
-                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
-                calls[name] = calls.get(name, 0) + 1
-
-        setattr(owner, attr, timed)
-        undo.append((owner, attr, fn))
-
-    wrap(runtime.stages.decoder, "prefill", "thinker_prefill")
-    wrap(runtime.stages.decoder, "decode", "thinker_step")
+    timer = StageTimer(sync)
+    spent, calls = timer.spent, timer.calls
+    timer.wrap(runtime.stages.decoder, "prefill", "thinker_prefill")
+    timer.wrap(runtime.stages.decoder, "decode", "thinker_step")
     if runtime.talker is not None:
         speech = runtime.talker.stages
-        wrap(speech.decoder, "prefill", "talker_prefill")
-        wrap(speech.decoder, "decode", "talker_step")
+        timer.wrap(speech.decoder, "prefill", "talker_prefill")
+        timer.wrap(speech.decoder, "decode", "talker_step")
         for i, stage in enumerate(speech.frame_stages):
-            wrap(stage, "run", f"frame_stage_{i}")
-        wrap(speech.codec, "decode", "codec_chunk")
-    wrap(runtime, "step", "step")
+            timer.wrap(stage, "run", f"frame_stage_{i}")
+        timer.wrap(speech.codec, "decode", "codec_chunk")
+    timer.wrap(runtime, "step", "step")
     try:
         level = run_omni(pipeline, concurrency, tokens, sync)
     finally:
-        for owner, attr, fn in reversed(undo):
-            setattr(owner, attr, fn)
+        timer.restore()
     steps = max(calls.get("step", 1), 1)
     stages = {
         k: {"calls": calls[k], "ms_per_call": v * 1e3 / calls[k], "ms_per_step": v * 1e3 / steps}

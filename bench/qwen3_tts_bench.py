@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stage_timer import StageTimer
+
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = (
     "Streaming speech synthesis sends the first audio while the rest of the sentence is still "
@@ -315,36 +317,22 @@ def profile_level(
     pipeline = mode_pipeline(omni, mode)
     runtime = pipeline.shared_runtime()
     stages = runtime.stages
-    spent: dict[str, float] = {}
-    calls: dict[str, int] = {}
-
-    def timed(name: str, fn: Any) -> Any:
-        def wrapper(*a: Any, **k: Any) -> Any:
-            sync()
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                sync()
-                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
-                calls[name] = calls.get(name, 0) + 1
-
-        return wrapper
-
-    stages.decoder.decode = timed("talker_step", stages.decoder.decode)
-    stages.decoder.prefill = timed("talker_prefill", stages.decoder.prefill)
+    timer = StageTimer(sync)
+    spent, calls = timer.spent, timer.calls
+    timer.wrap(stages.decoder, "decode", "talker_step")
+    timer.wrap(stages.decoder, "prefill", "talker_prefill")
     for i, stage in enumerate(stages.frame_stages):
-        stage.run = timed("code_predictor" if i == 0 else f"frame_stage_{i}", stage.run)
-    stages.codec.decode = timed("codec_chunk", stages.codec.decode)
-    runtime.step = timed("step", runtime.step)
+        timer.wrap(stage, "run", "code_predictor" if i == 0 else f"frame_stage_{i}")
+    timer.wrap(stages.codec, "decode", "codec_chunk")
+    timer.wrap(runtime, "step", "step")
     engine = Engine(pipeline, name=f"qwen3-tts-profile-{mode}", max_batch=concurrency).start()
     try:
         run_level(omni, engine, concurrency, 8, args.greedy, pipeline)  # warm-up (+ capture)
-        spent.clear()
-        calls.clear()
+        timer.clear()
         level = run_level(omni, engine, concurrency, args.frames, args.greedy, pipeline)
     finally:
         engine.stop()
+        timer.restore()
     steps = max(calls.get("step", 1), 1)
     inner = sum(v for k, v in spent.items() if k != "step")
     stages_ms = {
