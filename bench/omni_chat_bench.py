@@ -441,8 +441,14 @@ def main() -> None:
                 f"audio {level['audio_s_per_request']:.2f} s/request",
                 flush=True,
             )
-        whole = run_omni(pipeline, 1, args.max_tokens, sync, streamed=False)
-        print(f"omni c=1 not streamed: wall {whole['wall_s']:.2f} s", flush=True)
+        whole = []  # the same levels, not streamed: speech decoded once per answer
+        for concurrency in levels:
+            whole.append(run_omni(pipeline, concurrency, args.max_tokens, sync, streamed=False))
+            print(
+                f"omni c={concurrency} not streamed: wall {whole[-1]['wall_s']:.2f} s, rtf "
+                f"{whole[-1]['rtf']['mean']:.3f}",
+                flush=True,
+            )
         eager = make("off")
         run_omni(eager, 1, 4, sync)  # warm-up
         eager_level = run_omni(eager, 1, args.max_tokens, sync)
