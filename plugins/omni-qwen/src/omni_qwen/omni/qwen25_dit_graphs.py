@@ -7,14 +7,18 @@ model's 22-layer DiT on an H200, over a second per streamed chunk and per row.
 
 transformers' own code stays as it is: its ODE solver, its noise and BigVGAN run eagerly; only
 ``Qwen2_5OmniToken2WavDiTModel.forward`` is captured per input shape and replayed through
-:class:`omni_core.GraphRunner` (no host reads inside it). Replays run the forward's kernels
-as captured: on an H200 the waveform stayed within 1.5e-4 of the eager path's (kernel choice
-under capture; ``bench/omni_chat_bench.py`` measures it), on CPU there is no capture. It is swapped in only inside :meth:`GraphedDiT.scope`, around omni's own
-decode, so nothing else that holds the model (transformers' ``generate``) sees it. A shape is
-captured when it comes a second time (a streamed chunk's standard length recurs at once; the odd
-length of a last chunk or a whole answer usually runs eagerly) and at most :attr:`MAX_GRAPHS`
-shapes are kept; off CUDA, with ``cuda_graphs=off``, or after a failed capture (the reason is
-logged and in :meth:`GraphedDiT.report`) the forward is transformers' eager one.
+:class:`omni_core.GraphRunner` (no host reads inside it). On an H200 the waveform stayed within
+1.5e-4 of the eager path's (kernel choice under capture; ``bench/omni_chat_bench.py`` measures
+it); on CPU nothing is captured. The graphed forward is swapped in only inside
+:meth:`GraphedDiT.scope`, around omni's own decode, so nothing else that holds the model
+(transformers' ``generate``) sees it.
+
+A shape is captured at its second forward call, so within its first decode (the other 34
+evaluations of that decode replay it already), and at most :attr:`MAX_GRAPHS` shapes are kept:
+the chunk lengths of streamed answers repeat, and each new whole-answer length takes a slot
+until they are used up; shapes beyond run eagerly. Off CUDA, with ``cuda_graphs=off``, or after
+a failed capture (the reason is logged and in :meth:`GraphedDiT.report`) the forward is
+transformers' eager one.
 """
 
 from __future__ import annotations
