@@ -109,6 +109,8 @@ def test_graph_runner_runs_eagerly_off_cuda_and_reports_why() -> None:
     assert runner.report()["eager_calls"] == 1 and runner.report()["replays"] == 0
     with pytest.raises(TypeError, match="tuple of tensors"):
         runner.run((4,), lambda: state)  # type: ignore[arg-type, return-value]
+    runner.drop((4,))  # no graph for it: nothing to forget, no error
+    assert not runner.has((4,))
     quiet = GraphRunner("off", "cpu", capture=False)
     assert quiet.report()["reason"] is None and quiet.path == "static"
     quiet.disable("a test said so")

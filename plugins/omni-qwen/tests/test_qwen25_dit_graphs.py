@@ -1,7 +1,7 @@
 """Qwen2.5-Omni's token2wav DiT replayed as graphs (``cuda_graphs``), its capture path emulated
 on CPU: a streamed answer's audio equals the eager forward's sample for sample, the recurring
-chunk shape is captured once and replayed, a shape seen once runs eagerly, the forward is
-swapped only during omni's decode, and the option is checked."""
+chunk shape is captured once and replayed, the shapes used last are kept (an LRU), the forward
+is swapped only during omni's decode, and the option is checked."""
 
 from __future__ import annotations
 
@@ -47,6 +47,19 @@ def test_graphed_dit_audio_equals_the_eager_forward(checkpoint: Any, emulate_cap
     # one graph per shape that came twice, not one per chunk or per ODE evaluation
     assert 1 <= report["captured"] <= 3 < report["replays"]
     assert report["eager_calls"] == 0  # the runner ran nothing eagerly: first sightings did
+
+
+def test_graphed_dit_keeps_the_shapes_used_last(checkpoint: Any, emulate_capture: Any) -> None:
+    """With room for one graph, every new shape evicts the one used longest ago (captured again
+    when it comes back): the audio is still the eager forward's, and one graph is kept."""
+    eager = _answer(Omni(checkpoint, device="cpu", cuda_graphs="off", **LOAD))
+    omni = Omni(checkpoint, device="cpu", **LOAD)
+    codec = omni.pipeline.shared_runtime().talker.stages.codec
+    emulate_capture(codec.graphs.runner)
+    codec.graphs.MAX_GRAPHS = 1
+    np.testing.assert_array_equal(_answer(omni), eager)
+    report = codec.graphs.report()
+    assert report["captured"] >= 2 and len(report["graphs"]) == 1
 
 
 def test_cuda_graphs_option_is_checked(checkpoint: Any) -> None:

@@ -277,6 +277,11 @@ class GraphRunner:
     def has(self, key: Hashable) -> bool:
         return key in self._graphs
 
+    def drop(self, key: Hashable) -> None:
+        """Forget ``key``'s graph, if any (its memory returns to the pool; the next run of
+        ``key`` captures it again): how a caller keeps an LRU of shapes."""
+        self._graphs.pop(key, None)
+
     def clear(self, why: str) -> None:
         """Drop every graph (e.g. the storage they read was reallocated); they are recaptured."""
         if self._graphs:

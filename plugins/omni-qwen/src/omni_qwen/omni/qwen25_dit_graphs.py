@@ -14,16 +14,17 @@ it); on CPU nothing is captured. The graphed forward is swapped in only inside
 (transformers' ``generate``) sees it.
 
 A shape is captured at its second forward call, so within its first decode (the other 34
-evaluations of that decode replay it already), and at most :attr:`MAX_GRAPHS` shapes are kept:
-the chunk lengths of streamed answers repeat, and each new whole-answer length takes a slot
-until they are used up; shapes beyond run eagerly. Off CUDA, with ``cuda_graphs=off``, or after
-a failed capture (the reason is logged and in :meth:`GraphedDiT.report`) the forward is
-transformers' eager one.
+evaluations of that decode replay it already), and the :attr:`MAX_GRAPHS` shapes used last are
+kept (an LRU: a new whole-answer length evicts the graph used longest ago, which is captured
+again if it comes back; the chunk lengths of streamed answers recur and stay). Off CUDA, with
+``cuda_graphs=off``, or after a failed capture (the reason is logged and in
+:meth:`GraphedDiT.report`) the forward is transformers' eager one.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -46,8 +47,10 @@ class GraphedDiT:
         self.dit = dit
         device = next(dit.parameters()).device
         self.runner = GraphRunner("qwen2.5-omni token2wav DiT", device, capture=capture, warmup=1)
+        #: Forward calls per shape not captured yet (bounded: cleared when it grows large).
         self._seen: dict[Hashable, int] = {}
-        self._inputs: dict[Hashable, tuple[torch.Tensor, ...]] = {}
+        #: The captured shapes' input buffers, least recently used first.
+        self._inputs: OrderedDict[Hashable, tuple[torch.Tensor, ...]] = OrderedDict()
 
     def report(self) -> dict[str, Any]:
         return self.runner.report()
@@ -94,14 +97,20 @@ class GraphedDiT:
             drop_code,
             apply_cfg,
         )
-        self._seen[key] = self._seen.get(key, 0) + 1
-        fresh = not self.runner.has(key)
-        if fresh and (self._seen[key] < 2 or len(self._inputs) >= self.MAX_GRAPHS):
-            return eager(*values, **flags)
         static = self._inputs.get(key)
         if static is None:
+            if len(self._seen) > 64 * self.MAX_GRAPHS:
+                self._seen.clear()
+            self._seen[key] = self._seen.get(key, 0) + 1
+            if self._seen[key] < 2:
+                return eager(*values, **flags)
+            del self._seen[key]
+            if len(self._inputs) >= self.MAX_GRAPHS:
+                old, _ = self._inputs.popitem(last=False)
+                self.runner.drop(old)
             static = self._inputs[key] = tuple(v.clone() for v in values)
         else:
+            self._inputs.move_to_end(key)
             for buffer, value in zip(static, values, strict=True):
                 buffer.copy_(value)
         return self.runner.run(key, lambda: (eager(*static, **flags),))[0]
