@@ -62,6 +62,26 @@ def test_graphed_dit_keeps_the_shapes_used_last(checkpoint: Any, emulate_capture
     assert report["captured"] >= 2 and len(report["graphs"]) == 1
 
 
+def test_a_call_the_wrapper_does_not_know_goes_to_the_eager_forward(checkpoint: Any) -> None:
+    """Keyword inputs are taken like positional ones; an unknown keyword reaches transformers'
+    forward with every argument intact (here it refuses nothing: **kwargs)."""
+    import torch
+
+    from omni_qwen.omni.qwen25_dit_graphs import GraphedDiT
+
+    calls: list[tuple[tuple, dict]] = []
+
+    def eager(*args: Any, **kwargs: Any) -> Any:
+        calls.append((args, kwargs))
+        return torch.zeros(1)
+
+    dit = Omni(checkpoint, device="cpu", **LOAD).pipeline.model.token2wav.code2wav_dit_model
+    graphed = GraphedDiT(dit, capture=False)
+    inputs = {"hidden_states": torch.zeros(1, 2, 3), "condition_vector": torch.zeros(1, 2, 3)}
+    graphed._forward(eager, **inputs, unknown=1)
+    assert set(calls[-1][1]) >= {"hidden_states", "condition_vector", "unknown", "apply_cfg"}
+
+
 def test_cuda_graphs_option_is_checked(checkpoint: Any) -> None:
     with pytest.raises(ConfigError, match="cuda_graphs"):
         Omni(checkpoint, device="cpu", cuda_graphs="sometimes")

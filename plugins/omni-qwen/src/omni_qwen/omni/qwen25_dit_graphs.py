@@ -84,9 +84,9 @@ class GraphedDiT:
             "drop_code": drop_code,
             "apply_cfg": apply_cfg,
         }
-        values = list(args) + [named.pop(name) for name in INPUTS[len(args) :] if name in named]
+        values = list(args) + [named[name] for name in INPUTS[len(args) :] if name in named]
         if (
-            named
+            any(name not in INPUTS for name in named)
             or len(values) != len(INPUTS)
             or not all(isinstance(v, torch.Tensor) for v in values)
         ):  # a call this wrapper does not know: transformers' own forward
