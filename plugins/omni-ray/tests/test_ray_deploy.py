@@ -93,9 +93,11 @@ def test_ray_deploy_two_replicas_share_and_survive(tiny_wan, store, tmp_path: Pa
         assert [m.id for m in client.models.list().data] == ["wan"]
 
         # Requests spread over both replicas (each takes one job at a time: --max-batch 1).
-        # Each job runs longer than a replica's 1 s look at the store: a replica that finishes
-        # a job claims the next one at once, so jobs shorter than that could all go to one.
-        longer = {**VIDEO, "num_inference_steps": 60}
+        # A replica that finishes a job claims the next one at once, the other looks at the
+        # store once a second: the four jobs together must outlast that look on a fast machine
+        # too (60 steps did not, once), so each has the most steps omni serve allows by
+        # default (200).
+        longer = {**VIDEO, "num_inference_steps": 200}
         created = [
             client.videos.create(model="wan", prompt=f"fox {i}", size="32x32", extra_body=longer)
             for i in range(4)
