@@ -163,6 +163,13 @@ def test_invalid_requests_name_the_field(models, messages, fields, param) -> Non
     assert info.value.param == param
 
 
+def test_generate_on_a_chat_model_points_to_chat(models) -> None:
+    """``Omni.generate(prompt)`` builds no conversation: the error says what answers one."""
+    with pytest.raises(InvalidRequestError, match=r"Omni\(\.\.\.\)\.chat\(text\)") as info:
+        models.text.generate("hi")
+    assert info.value.param == "messages"
+
+
 def test_text_only_model_refuses_audio(models) -> None:
     with pytest.raises(InvalidRequestError) as info:
         models.text.chat("hi", modalities=["text", "audio"])

@@ -151,6 +151,11 @@ def test_disallowed_url_hosts_and_bounded_inputs(chat_server, chat_http) -> None
     ]
     body["messages"][0]["content"] = clips * 5
     error_of(chat_http.post(CHAT, json=body), 400, "messages")
+    # an audio part above --max-upload-mb (1 MB here): 413 naming the limit, and not an image
+    huge = base64.b64encode(b"RIFF" + bytes(1_100_000)).decode()
+    error = error_of(chat_http.post(CHAT, json={**body, **_audio(huge)}), 413)
+    assert error["code"] == "file_too_large" and "--max-upload-mb" in error["message"], error
+    assert "image" not in error["message"]
     big = data_url(mp4_bytes(20, (2048, 2048), 10), "video/mp4")  # 20 frames of 4 Mpx: 12 are kept
     body["messages"][0]["content"] = [{"type": "video_url", "video_url": {"url": big}}]
     response = chat_http.post(CHAT, json={**body, "max_tokens": 2})

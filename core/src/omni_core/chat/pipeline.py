@@ -53,7 +53,11 @@ class ChatPipeline(Pipeline):
         modalities this model answers with, a voice it has."""
         request = super().validate(request)
         if not request.messages:
-            raise InvalidRequestError("messages: the conversation is empty", param="messages")
+            raise InvalidRequestError(
+                "messages: the conversation is empty; a chat model answers messages "
+                "(Omni(...).chat(text), omni generate chat, POST /v1/chat/completions)",
+                param="messages",
+            )
         if request.messages[-1].role != "user":
             raise InvalidRequestError(
                 "messages: the last message must be the user's (the model answers it)",

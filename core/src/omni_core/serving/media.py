@@ -172,8 +172,8 @@ def stream_encoder(fmt: str, sample_rate: int) -> tuple[Any, int]:
 def _too_big(param: str, size: int | str, max_bytes: int) -> APIError:
     return APIError(
         413,
-        f"{param}: the image is {size} bytes, above this server's limit of "
-        f"{max_bytes / (1024 * 1024):g} MB per image (--max-upload-mb); send a smaller image",
+        f"{param}: the file is {size} bytes, above this server's limit of "
+        f"{max_bytes / (1024 * 1024):g} MB per file (--max-upload-mb); send a smaller file",
         param=param,
         code="file_too_large",
     )
@@ -204,8 +204,8 @@ async def fetch_url(
     max_bytes: int,
     deadline_s: float = FETCH_DEADLINE_S,
 ) -> bytes:
-    """Fetch an image URL only if its host is allow-listed: size-bounded, no redirects, and
-    finished within ``deadline_s`` in all (a slow server cannot hold the request)."""
+    """Fetch a media URL (image, audio, video) only if its host is allow-listed: size-bounded,
+    no redirects, and finished within ``deadline_s`` in all (a slow server cannot hold it)."""
     if url.startswith("data:"):
         return parse_data_url(url, param, max_bytes)
     parts = urlsplit(url)
