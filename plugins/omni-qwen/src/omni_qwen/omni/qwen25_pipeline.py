@@ -40,7 +40,6 @@ from typing import Any, ClassVar
 from omni_core import (
     AutoregressiveChatPipeline,
     ChunkSchedule,
-    ConfigError,
     GenerationRequest,
     InvalidRequestError,
     PipelineOptions,
@@ -50,17 +49,9 @@ from omni_core import (
     Voice,
 )
 
+from .load_options import flag
 from .messages import to_processor_inputs
 from .qwen25_tiny import SYSTEM_PROMPT
-
-
-def _flag(value: Any, name: str) -> bool:
-    text = str(value).strip().lower()
-    if text in ("on", "true", "1", "yes"):
-        return True
-    if text in ("off", "false", "0", "no"):
-        return False
-    raise ConfigError(f"{name}={value!r}: expected on or off")
 
 
 class Qwen25OmniPipeline(AutoregressiveChatPipeline):
@@ -106,13 +97,13 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         self.generation = dict(generation or {})
         frames = self.generation.get("talker_max_new_tokens", 4096)
         self.talker_max_frames = int(extra.get("talker_max_frames", frames))
-        self.talker_sample = _flag(extra.get("talker_sample", "on"), "talker_sample")
+        self.talker_sample = flag("talker_sample", extra.get("talker_sample", "on"))
         self.chunk_frames = int(extra.get("audio_chunk_frames", 24))
         first = int(extra.get("audio_first_chunk_frames", min(12, self.chunk_frames)))
         self.first_chunk_frames = first
         self.left_context = int(extra.get("audio_left_context", 24))
         self.token2wav_steps = int(extra.get("token2wav_steps", 10))
-        self.cuda_graphs = _flag(extra.get("cuda_graphs", "on"), "cuda_graphs")
+        self.cuda_graphs = flag("cuda_graphs", extra.get("cuda_graphs", "on"))
         self.max_len = int(extra.get("max_len", 8192))
         eos = self.generation.get("eos_token_id") or [self.tokenizer.eos_token_id]
         self.stop_ids = sorted({int(i) for i in (eos if isinstance(eos, list) else [eos])})
@@ -128,7 +119,7 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         wanted = options.extra.get("audio_output", default)
         dtype = options.dtype if options.device.type != "cpu" else torch.float32
         model = load_model(
-            path, device=options.device, dtype=dtype, audio_output=_flag(wanted, "audio_output")
+            path, device=options.device, dtype=dtype, audio_output=flag("audio_output", wanted)
         )
         file = path / "generation_config.json"
         generation = json.loads(file.read_text("utf-8")) if file.is_file() else {}

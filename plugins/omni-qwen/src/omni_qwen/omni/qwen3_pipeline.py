@@ -28,7 +28,6 @@ from omni_core import (
     AutoregressiveChatPipeline,
     ChatMessage,
     ChunkSchedule,
-    ConfigError,
     GenerationRequest,
     InvalidRequestError,
     PipelineOptions,
@@ -38,29 +37,12 @@ from omni_core import (
     Voice,
 )
 
+from .load_options import flag, integer
+
 #: ``generate()``'s defaults for the answer and the talker.
 MAX_TOKENS = 1024
 TALKER = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05}
 PREDICTOR = {"temperature": 1.0, "top_k": 50, "top_p": 0.8}
-
-
-def _flag(name: str, value: Any) -> bool:
-    text = str(value).strip().lower()
-    if text in ("1", "true", "on", "yes"):
-        return True
-    if text in ("0", "false", "off", "no"):
-        return False
-    raise ConfigError(f"{name}={value!r}: expected true or false")
-
-
-def _int(extra: dict[str, Any], name: str, default: int, least: int) -> int:
-    try:
-        value = int(extra.get(name, default))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{name}={extra.get(name)!r}: expected an integer") from exc
-    if value < least:
-        raise ConfigError(f"{name}={value}: at least {least}")
-    return value
 
 
 def prompt_roles(ids: list[int], im_start: int, user: int, assistant: int) -> tuple[list[int], int]:
@@ -100,13 +82,14 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
         extra = options.extra
         self.audio = bool(model.has_talker)
         self.output_modalities = ("text", "audio") if self.audio else ("text",)
-        self.max_len = _int(extra, "max_len", 8192, 64)
+        self.max_len = integer(extra, "max_len", 8192, 64)
         self.schedule = ChunkSchedule(
-            first=_int(extra, "first_chunk_frames", 4, 1), rest=_int(extra, "chunk_frames", 12, 1)
+            first=integer(extra, "first_chunk_frames", 4, 1),
+            rest=integer(extra, "chunk_frames", 12, 1),
         )
         # at least one frame: a chunk's last samples need the next one (see .qwen3_talker)
-        self.left_context = _int(extra, "left_context", 25, 1)
-        self.max_audio_frames = _int(extra, "max_audio_frames", 4095, 1)
+        self.left_context = integer(extra, "left_context", 25, 1)
+        self.max_audio_frames = integer(extra, "max_audio_frames", 4095, 1)
         config = model.config
         tc_speakers = config.talker_config.speaker_id if self.audio else {}
         # lower-case names, as generate() looks them up
@@ -135,7 +118,7 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
         model = Qwen3OmniMoeForConditionalGeneration.from_pretrained(
             path,
             dtype=dtype,
-            enable_audio_output=_flag("audio_output", wanted),
+            enable_audio_output=flag("audio_output", wanted),
             use_safetensors=True,
         )
         model = model.to(options.device).eval().requires_grad_(False)
