@@ -113,6 +113,13 @@ class LiveServer:
         kwargs.setdefault("timeout", 120)
         return httpx.Client(base_url=self.url, headers=headers, **kwargs)
 
+    def openai(self) -> Any:
+        """The official openai client for this server (its key, no retries)."""
+        import openai
+
+        key = self.api_key or "unused"
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, timeout=120)
+
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(60)
@@ -229,11 +236,7 @@ def chat_server(
 
 @pytest.fixture(scope="session")
 def chat_client(chat_server: LiveServer) -> Any:
-    import openai
-
-    return openai.OpenAI(
-        base_url=f"{chat_server.url}/v1", api_key=API_KEY, max_retries=0, timeout=120
-    )
+    return chat_server.openai()
 
 
 @pytest.fixture()
@@ -244,11 +247,7 @@ def chat_http(chat_server: LiveServer) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="session")
 def openai_client(live_server: LiveServer) -> Any:
-    import openai
-
-    return openai.OpenAI(
-        base_url=f"{live_server.url}/v1", api_key=API_KEY, max_retries=0, timeout=120
-    )
+    return live_server.openai()
 
 
 @pytest.fixture()
