@@ -66,9 +66,7 @@ def demo(session: nox.Session) -> None:
     install_workspace(session, core_extras="serve")
     # The demo's clients (openai; httpx for /health and the voice list: recent openai releases
     # no longer bring it) and the default voice (piper-tts is GPL-3.0: an optional extra).
-    session.install(
-        "openai>=1.40", "httpx>=0.27", "-e", f"{ROOT / 'plugins' / 'omni-tts'}[piper]"
-    )
+    session.install("openai>=1.40", "httpx>=0.27", "-e", f"{ROOT / 'plugins' / 'omni-tts'}[piper]")
     session.run("python", str(ROOT / "demo" / "run_demo.py"), *session.posargs)
 
 
@@ -116,8 +114,14 @@ def docs(session: nox.Session) -> None:
     # omni-core itself needs no torch; the hook reference is read from hookspecs.py.
     session.install("mkdocs>=1.6", "-e", str(CORE))
     session.run(
-        "mkdocs", "build", "--strict", "-f", str(ROOT / "sdk-docs" / "mkdocs.yml"),
-        "-d", str(ROOT / "sdk-docs" / "site"), *session.posargs,
+        "mkdocs",
+        "build",
+        "--strict",
+        "-f",
+        str(ROOT / "sdk-docs" / "mkdocs.yml"),
+        "-d",
+        str(ROOT / "sdk-docs" / "site"),
+        *session.posargs,
     )
 
 

@@ -62,7 +62,7 @@ def _bootstrap() -> None:
     except ImportError:  # a bare checkout: the sources, and the model plugin by hand
         for src in ("core/src", "plugins/omni-qwen/src"):
             sys.path.insert(0, str(ROOT / src))
-        from omni_core.plugins import get_host
+        from omni_core.contract.host import get_host
 
         if "omni-qwen" not in get_host().plugins:
             get_host().load_module("omni-qwen", "omni_qwen.plugin")
@@ -74,10 +74,10 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         import torch
 
-        from omni_core.benchmark.checkpoints import default_work_dir, ensure_checkpoint
-        from omni_core.benchmark.runner import select_workloads
-        from omni_core.platforms import current_platform
-        from omni_core.plugins import get_registry
+        from omni_core.bench.checkpoints import default_work_dir, ensure_checkpoint
+        from omni_core.bench.runner import select_workloads
+        from omni_core.contract.host import get_registry
+        from omni_core.contract.platforms import current_platform
 
         self.args = args
         name = "tiny-qwen" if args.tiny else args.workload
@@ -96,7 +96,7 @@ class Bench:
 
     def series(self, run: Any) -> tuple[dict[str, Any], Any]:
         """One warm-up call of ``run(clock)``, then ``--reps`` timed ones: summary, last value."""
-        from omni_core.benchmark.measure import run_series
+        from omni_core.bench.measure import run_series
 
         result = run_series(self.platform, self.device, run, self.args.reps)
         return result.summary(), result.last_value
@@ -136,7 +136,7 @@ class Bench:
         out.write_text(json.dumps({"meta": meta, "rows": self.rows}, indent=2, default=str))
 
     def psnr(self, reference: Any, ours: Any, against: str) -> dict[str, Any]:
-        from omni_core.benchmark.measure import psnr_fields
+        from omni_core.bench.measure import psnr_fields
 
         return psnr_fields(reference, self.workload.omni_frames(ours), against)
 
@@ -191,7 +191,7 @@ def _free() -> None:
     """Free what the caller dropped (``del`` it first): the next mode's peak must not see it."""
     import torch
 
-    from omni_core.benchmark.measure import release
+    from omni_core.bench.measure import release
 
     release()
     gc.collect()

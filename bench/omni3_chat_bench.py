@@ -144,7 +144,7 @@ def run_transformers(
     at most: one talker token more, as its last code never gets residuals)."""
     import torch
 
-    from omni_core import ChatMessage
+    from omni_core.chat import ChatMessage
     from omni_qwen.omni.qwen3_prompt import encode
 
     rows = [
@@ -220,7 +220,7 @@ def main() -> None:
     import torch
 
     from omni_core import PipelineOptions
-    from omni_core.platforms import current_platform
+    from omni_core.contract.platforms import current_platform
     from omni_qwen.omni.qwen3_pipeline import Qwen3OmniPipeline
 
     cuda = torch.cuda.is_available() and not args.cpu

@@ -189,7 +189,8 @@ def run_omni(
 ) -> dict[str, Any]:
     """One level: ``concurrency`` answers opened at once; ``streamed``: speech in chunks as a
     streaming client gets it (False: the whole answer's speech decoded in one piece)."""
-    from omni_core import ChatMessage, GenerationRequest
+    from omni_core import GenerationRequest
+    from omni_core.chat import ChatMessage
 
     runtime = pipeline.shared_runtime()
     requests = [
@@ -258,7 +259,8 @@ def answer_audio(pipeline: Any, tokens: int) -> Any:
     """One streamed answer's audio (numpy), to compare two decode paths."""
     import numpy as np
 
-    from omni_core import ChatMessage, GenerationRequest
+    from omni_core import GenerationRequest
+    from omni_core.chat import ChatMessage
 
     request = pipeline.validate(
         GenerationRequest(
@@ -288,8 +290,8 @@ def profile_omni(pipeline: Any, concurrency: int, tokens: int, sync: Any) -> dic
     spent, calls = timer.spent, timer.calls
     timer.wrap(runtime.stages.decoder, "prefill", "thinker_prefill")
     timer.wrap(runtime.stages.decoder, "decode", "thinker_step")
-    if runtime.talker is not None:
-        speech = runtime.talker.stages
+    if runtime.speech_chain is not None:
+        speech = runtime.speech_chain.stages
         timer.wrap(speech.decoder, "prefill", "talker_prefill")
         timer.wrap(speech.decoder, "decode", "talker_step")
         for i, stage in enumerate(speech.frame_stages):
@@ -383,7 +385,7 @@ def main() -> None:
     import torch
 
     from omni_core import PipelineOptions
-    from omni_core.platforms import current_platform
+    from omni_core.contract.platforms import current_platform
     from omni_qwen.omni.qwen25_pipeline import Qwen25OmniPipeline
 
     cuda = torch.cuda.is_available() and not args.cpu
@@ -422,7 +424,7 @@ def main() -> None:
             # The same work on both sides: random weights end a greedy talker at chaotic
             # points (a bf16 near-tie decides), so neither side may stop early: exactly
             # --talker-frames codes per answer (transformers gets talker_min_new_tokens).
-            talker = made.shared_runtime().talker
+            talker = made.shared_runtime().speech_chain
             if talker is not None:
                 talker.stages.decoder.stop_ids = talker.stages.decoder.stop_ids[:0]
             return made
@@ -455,7 +457,7 @@ def main() -> None:
         eager = make("off")
         run_omni(eager, 1, args.max_tokens, sync)  # warm-up
         eager_level = run_omni(eager, 1, args.max_tokens, sync)
-        graphs_report = pipeline.shared_runtime().talker.stages.codec.graphs.report()
+        graphs_report = pipeline.shared_runtime().speech_chain.stages.codec.graphs.report()
         same = answer_audio(pipeline, args.max_tokens), answer_audio(eager, args.max_tokens)
         graphs = {
             "dit_graphs": graphs_report,

@@ -46,8 +46,8 @@ for _sub in ("core/src", "plugins/omni-wan/src", "plugins/omni-qwen/src"):
 os.environ.setdefault("OMNI_DISABLE_PLUGIN_AUTOLOAD", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from omni_core.config import ParallelConfig  # noqa: E402
-from omni_core.distributed.launcher import (  # noqa: E402
+from omni_core.contract.config import ParallelConfig  # noqa: E402
+from omni_core.diffusion.distributed.launcher import (  # noqa: E402
     ParallelLauncher,
     WorkerContext,
     WorkerProgram,
@@ -75,11 +75,26 @@ WAN_5B = {
     "eps": 1e-6,
     "rope_max_seq_len": 1024,
 }
-WAN_TINY = {**WAN_5B, "num_attention_heads": 4, "attention_head_dim": 16, "text_dim": 32,
-            "freq_dim": 32, "ffn_dim": 64, "num_layers": 2, "rope_max_seq_len": 64}
+WAN_TINY = {
+    **WAN_5B,
+    "num_attention_heads": 4,
+    "attention_head_dim": 16,
+    "text_dim": 32,
+    "freq_dim": 32,
+    "ffn_dim": 64,
+    "num_layers": 2,
+    "rope_max_seq_len": 64,
+}
 QWEN_IMAGE: dict[str, Any] = {}  # diffusers' defaults are Qwen-Image's config
-QWEN_TINY = {"in_channels": 16, "out_channels": 4, "num_layers": 2, "attention_head_dim": 16,
-             "num_attention_heads": 4, "joint_attention_dim": 32, "axes_dims_rope": (4, 6, 6)}
+QWEN_TINY = {
+    "in_channels": 16,
+    "out_channels": 4,
+    "num_layers": 2,
+    "attention_head_dim": 16,
+    "num_attention_heads": 4,
+    "joint_attention_dim": 32,
+    "axes_dims_rope": (4, 6, 6),
+}
 
 
 #: The model plugins whose DenoiserSpecs (block lists, Ulysses sequence plans) the workloads use.
@@ -89,7 +104,7 @@ MODEL_PLUGINS = {"omni-wan": "omni_wan.plugin", "omni-qwen": "omni_qwen.plugin"}
 def registry() -> Any:
     """Built-ins plus the two model plugins, loaded by module name (entry points are off here,
     and the GPU machine runs from the source tree where there are none)."""
-    from omni_core.plugins import PluginHost
+    from omni_core.contract.host import PluginHost
 
     host = PluginHost(autoload=False)
     for name, module in MODEL_PLUGINS.items():
@@ -140,8 +155,8 @@ class BenchProgram(WorkerProgram):
     def _state(self, layout: str) -> Any:
         import torch.distributed as dist
 
-        from omni_core.distributed.groups import ParallelState
-        from omni_core.distributed.layout import ParallelLayout
+        from omni_core.diffusion.distributed.groups import ParallelState
+        from omni_core.diffusion.distributed.layout import ParallelLayout
 
         base = self.ctx.state
         cfg = LAYOUTS[layout]
@@ -161,10 +176,10 @@ class BenchProgram(WorkerProgram):
         import torch
         import torch.distributed as dist
 
-        from omni_core.attention import AttentionRouter
-        from omni_core.config import AttentionConfig
-        from omni_core.distributed.parallelize import parallelize_denoiser
-        from omni_core.pipelines.diffusers_attention import route_attention
+        from omni_core.contract.attention import AttentionRouter
+        from omni_core.contract.config import AttentionConfig
+        from omni_core.diffusion.attention_routing import route_attention
+        from omni_core.diffusion.distributed.parallelize import parallelize_denoiser
 
         name = payload["workload"]
         spec = workloads(self.tiny)[name]
@@ -308,8 +323,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny configs (CPU/gloo smoke test)")
     parser.add_argument("--workloads", default="wan2.2-ti2v-5b,qwen-image")
     parser.add_argument("--layouts", default="single,cfg2,ulysses2")
-    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=None,
-                        help="default: bfloat16 on GPUs, float32 on CPU")
+    parser.add_argument(
+        "--dtype",
+        choices=["bfloat16", "float16", "float32"],
+        default=None,
+        help="default: bfloat16 on GPUs, float32 on CPU",
+    )
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--iters", type=int, default=None)
     args = parser.parse_args(argv)
@@ -323,12 +342,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown workload/layout: {', '.join(unknown)}")
 
-    from omni_core.platforms import current_platform
+    from omni_core.contract.platforms import current_platform
 
     platform = current_platform()
     report: dict[str, Any] = {
-        "command": "python3 bench/parallel_bench.py " + shlex.join(sys.argv[1:] if argv is None
-                                                                   else argv),
+        "command": "python3 bench/parallel_bench.py "
+        + shlex.join(sys.argv[1:] if argv is None else argv),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "platform": platform.describe(),
         "versions": versions(),
@@ -336,26 +355,32 @@ def main(argv: list[str] | None = None) -> int:
         "warmup": warmup,
         "iters": iters,
         "dtype": args.dtype or ("bfloat16" if platform.device_type == "cuda" else "float32"),
-        "workloads": {n: {k: v for k, v in workloads(args.tiny)[n].items() if k != "config"}
-                      for n in names},
+        "workloads": {
+            n: {k: v for k, v in workloads(args.tiny)[n].items() if k != "config"} for n in names
+        },
         "results": {n: {} for n in names},
     }
     samples: dict[tuple[str, str], Any] = {}
     world = 1 if layouts == ["single"] else 2
     t0 = time.perf_counter()
-    with ParallelLauncher(BenchProgram(args.tiny, args.dtype), ParallelConfig(ulysses_degree=world),
-                          platform=platform) as launcher:
+    with ParallelLauncher(
+        BenchProgram(args.tiny, args.dtype), ParallelConfig(ulysses_degree=world), platform=platform
+    ) as launcher:
         report["startup_s"] = time.perf_counter() - t0
         for name in names:
             for layout_name in layouts:
-                row = launcher.run({"workload": name, "layout": layout_name,
-                                    "warmup": warmup, "iters": iters})
+                row = launcher.run(
+                    {"workload": name, "layout": layout_name, "warmup": warmup, "iters": iters}
+                )
                 samples[(name, layout_name)] = row.pop("output_sample")
                 row["world_size"] = LAYOUTS[layout_name].cfg_parallel_size * (
-                    LAYOUTS[layout_name].ulysses_degree)
+                    LAYOUTS[layout_name].ulysses_degree
+                )
                 report["results"][name][layout_name] = row
-                print(f"{name:16s} {layout_name:9s} {row['per_step_s'] * 1e3:9.1f} ms/step",
-                      flush=True)
+                print(
+                    f"{name:16s} {layout_name:9s} {row['per_step_s'] * 1e3:9.1f} ms/step",
+                    flush=True,
+                )
     for name in names:
         rows = report["results"][name]
         base = rows.get("single")
@@ -374,8 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         for layout_name, row in report["results"][name].items():
             extra = ""
             if "speedup_vs_single" in row:
-                extra = (f"  x{row['speedup_vs_single']:.2f}  rel_l2 "
-                         f"{row['rel_l2_vs_single']:.2e}")
+                extra = f"  x{row['speedup_vs_single']:.2f}  rel_l2 {row['rel_l2_vs_single']:.2e}"
             print(f"{name:16s} {layout_name:9s} {row['per_step_s'] * 1e3:9.1f} ms{extra}")
     print(f"wrote {args.out}")
     return 0

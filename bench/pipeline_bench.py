@@ -7,7 +7,7 @@
     python3 bench/pipeline_bench.py --combine a.json b.json --out bench/results/pipeline-h200.json
 
 Every option is the command's (``omni bench pipeline --help``); the runner is
-:mod:`omni_core.benchmark.runner` and the workloads are the plugins' (``--list``).
+:mod:`omni_core.bench.runner` and the workloads are the plugins' (``--list``).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def _combine(argv: list[str]) -> int:
     omni's may come from separate runs (``--modes diffusers,diffusers-compiled`` in one call,
     ``--modes omni`` in the next) on the same machine kind.
     """
-    from omni_core.benchmark.plot import write_plot
-    from omni_core.benchmark.report import add_speedups, load_rows
+    from omni_core.bench.plot import write_plot
+    from omni_core.bench.report import add_speedups, load_rows
 
     out = Path(argv[argv.index("--out") + 1])
     sources = [Path(a) for a in argv[argv.index("--combine") + 1 :] if not a.startswith("--")]
@@ -54,7 +54,7 @@ def main() -> int:
     except ImportError:  # a bare checkout: the sources, and the model plugins by hand
         for src in ("core/src", "plugins/omni-wan/src", "plugins/omni-qwen/src"):
             sys.path.insert(0, str(ROOT / src))
-        from omni_core.plugins import get_host
+        from omni_core.contract.host import get_host
 
         for name in ("omni-wan", "omni-qwen"):
             if name not in get_host().plugins:

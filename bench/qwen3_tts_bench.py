@@ -10,7 +10,8 @@ What runs is what ``omni serve`` runs: the checkpoint is written in the official
 ``speech_tokenizer/``) with random weights at the real sizes (1.7B: talker 2048 wide, 28
 layers; 0.6B: 1024 wide, 28 layers; code predictor 1024 wide, 5 layers; the 12 Hz codec
 decoder and Mimi encoder at their published sizes), loaded with ``Omni(path)`` and served by
-the engine (:class:`omni_core.engine.Engine`, one shared runtime step per loop iteration), with
+the engine (:class:`omni_core.runtime.engine.Engine`, one shared runtime step per loop iteration),
+with
 N requests submitted at once. Each request makes exactly ``--frames`` frames (``min_new_tokens``
 holds the end token back: random weights never say when to stop), sampled with the
 checkpoint's generation defaults (``--greedy``: argmax).
@@ -183,7 +184,7 @@ def _stats(values: list[float]) -> dict[str, float]:
 def run_level(
     omni: Any, engine: Any, concurrency: int, frames: int, greedy: bool, pipeline: Any = None
 ) -> dict[str, Any]:
-    from omni_core.engine import Job
+    from omni_core.runtime.jobs import Job
 
     runtime = (pipeline or omni.pipeline).shared_runtime()
     steps, rows = runtime.steps, runtime.rows
@@ -258,7 +259,7 @@ def mode_pipeline(omni: Any, mode: str) -> Any:
 
 def bench_mode(omni: Any, mode: str, args: argparse.Namespace, sync: Any) -> dict[str, Any]:
     """Every concurrency level with ``cuda_graphs=mode`` (then the ``--profile`` pass)."""
-    from omni_core.engine import Engine
+    from omni_core.runtime.engine import Engine
 
     pipeline = mode_pipeline(omni, mode)
     top = max(args.concurrency)
@@ -312,7 +313,7 @@ def profile_level(
 ) -> dict[str, Any]:
     """Per-stage time of one level (a separate, untimed pass: every stage call is wrapped in
     device synchronisations, so its wall time is its own; host work is the rest of the step)."""
-    from omni_core.engine import Engine
+    from omni_core.runtime.engine import Engine
 
     pipeline = mode_pipeline(omni, mode)
     runtime = pipeline.shared_runtime()

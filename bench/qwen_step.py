@@ -160,11 +160,11 @@ def main() -> int:
     import transformers
 
     from omni_core import GenerationRequest, PipelineOptions
-    from omni_core.attention import AttentionRouter
-    from omni_core.config import AttentionConfig
-    from omni_core.pipelines.diffusers_attention import unroute_attention
-    from omni_core.platforms import current_platform
-    from omni_core.plugins import get_registry
+    from omni_core.contract.attention import AttentionRouter
+    from omni_core.contract.config import AttentionConfig
+    from omni_core.contract.host import get_registry
+    from omni_core.contract.platforms import current_platform
+    from omni_core.diffusion.attention_routing import unroute_attention
     from omni_qwen import pipelines as qwen
 
     tiny = args.tiny
@@ -216,11 +216,19 @@ def main() -> int:
 
     def omni_pipeline(cfg_batch: str) -> Any:
         options = PipelineOptions(
-            device=device, dtype=dtype, platform=platform, attention=router,
+            device=device,
+            dtype=dtype,
+            platform=platform,
+            attention=router,
             extra={"cfg_batch": cfg_batch},
         )
-        components = {"transformer": transformer, "vae": vae, "text_encoder": None,
-                      "tokenizer": None, "scheduler": scheduler}
+        components = {
+            "transformer": transformer,
+            "vae": vae,
+            "text_encoder": None,
+            "tokenizer": None,
+            "scheduler": scheduler,
+        }
         return BenchQwen(layout, components, options)
 
     def run_reference(negative: Any) -> tuple[list[float], Any, int]:
@@ -257,8 +265,13 @@ def main() -> int:
         BenchQwen.fixed = {"p": prompt, "n": negative}
         request = pipe.validate(
             GenerationRequest(
-                prompt="p", negative_prompt="n", guidance_scale=CFG, height=height,
-                width=width, num_inference_steps=steps, seed=0,
+                prompt="p",
+                negative_prompt="n",
+                guidance_scale=CFG,
+                height=height,
+                width=width,
+                num_inference_steps=steps,
+                seed=0,
             )
         )
         _reset_peak(device)
@@ -314,8 +327,9 @@ def main() -> int:
         ),
         "dtype": str(dtype).removeprefix("torch."),
         "tiny": tiny,
-        "transformer": {k: list(v) if isinstance(v, tuple) else v
-                        for k, v in (TINY if tiny else REAL).items()},
+        "transformer": {
+            k: list(v) if isinstance(v, tuple) else v for k, v in (TINY if tiny else REAL).items()
+        },
         "height": height,
         "width": width,
         "image_tokens": (height // 16) * (width // 16),

@@ -137,8 +137,8 @@ def main() -> int:
     except ImportError:  # a bare checkout
         sys.path.insert(0, str(ROOT / "core/src"))
         sys.path.insert(0, str(ROOT / "plugins/omni-wan/src"))
-    from omni_core.benchmark.runner import select_workloads
-    from omni_core.plugins import get_registry
+    from omni_core.bench.runner import select_workloads
+    from omni_core.contract.host import get_registry
 
     ((_, workload),) = select_workloads(get_registry(), [args.workload])
     request = workload.request()

@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     # projections. The shared `model` stays as diffusers loads it.
     import copy
 
-    from omni_core.acceleration.compile import fuse_qkv
+    from omni_core.diffusion.acceleration.compile import fuse_qkv
 
     omni_model = copy.deepcopy(model)
     fuse_qkv(omni_model)
@@ -203,17 +203,15 @@ def main(argv: list[str] | None = None) -> int:
         backend: str, *, fused: bool = True, cfg_batch: bool | str = "auto"
     ) -> tuple[dict[str, Any], Any]:
         from omni_core import GenerationRequest, PipelineOptions
-        from omni_core.attention import AttentionRouter
-        from omni_core.config import AttentionConfig
-        from omni_core.platforms import current_platform
-        from omni_core.plugins import get_registry
+        from omni_core.contract.attention import AttentionRouter
+        from omni_core.contract.config import AttentionConfig
+        from omni_core.contract.host import get_registry
+        from omni_core.contract.platforms import current_platform
         from omni_wan.layout import WanLayout
         from omni_wan.pipeline import WanVideoPipeline
 
         platform = current_platform()
-        router = AttentionRouter.build(
-            AttentionConfig(backend=backend), get_registry(), platform
-        )
+        router = AttentionRouter.build(AttentionConfig(backend=backend), get_registry(), platform)
         options = PipelineOptions(
             device=device,
             dtype=dtype,
@@ -258,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["cfg_batch"] = cfg_batch
         return summary, state.data["samples"][0]
 
-    from omni_core.pipelines.diffusers_attention import unroute_attention
+    from omni_core.diffusion.attention_routing import unroute_attention
 
     results["diffusers"], ref = run_diffusers()
     runs = (

@@ -222,9 +222,9 @@ def speech_model(ctx: Context) -> tuple[str, str] | None:
             default_voice_dir = None  # type: ignore[assignment]
         voice_dir = default_voice_dir() if default_voice_dir else None
         if voice_dir is not None:
-            from omni_core.errors import OmniError
-            from omni_core.pipelines.loading import find_pipeline, resolve_model_path
-            from omni_core.plugins import get_registry
+            from omni_core.contract.errors import OmniError
+            from omni_core.contract.host import get_registry
+            from omni_core.runtime.loading import find_pipeline, resolve_model_path
 
             try:  # `omni serve piper` when the server resolves the alias itself
                 find_pipeline(get_registry(), resolve_model_path("piper"), None)

@@ -73,7 +73,7 @@ def _field_table(model: Any, common: set[str]) -> list[str]:
 
 def spec_reference() -> str:
     _ensure_core_importable()
-    from omni_core.registry import SPEC_TYPES, Spec
+    from omni_core.contract.registry import SPEC_TYPES, Spec
 
     out = []
     for kind, model in SPEC_TYPES.items():
@@ -86,7 +86,7 @@ def spec_reference() -> str:
 
 def capabilities_reference() -> str:
     _ensure_core_importable()
-    from omni_core.registry import PipelineCapabilities
+    from omni_core.contract.registry import PipelineCapabilities
 
     doc = inspect.cleandoc(PipelineCapabilities.__doc__ or "")
     return "\n".join(
@@ -96,7 +96,7 @@ def capabilities_reference() -> str:
 
 def config_env_reference() -> str:
     _ensure_core_importable()
-    from omni_core.config import env_names
+    from omni_core.contract.config import env_names
 
     rows = ["| variable | setting |", "|---|---|"]
     for name, (section, key) in sorted(env_names().items()):

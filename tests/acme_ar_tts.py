@@ -28,23 +28,25 @@ from transformers.models.qwen3.modeling_qwen3 import (
 
 from omni_core import (
     PLUGIN_API_VERSION,
+    GenerationRequest,
+    PipelineCapabilities,
+    PipelineOptions,
+    PipelineSpec,
+    hookimpl,
+)
+from omni_core.runtime import SlotCache
+from omni_core.speech import (
     ARState,
     AutoregressiveSpeechPipeline,
     ChunkDecoder,
     ChunkSchedule,
     DecoderStage,
     FrameStage,
-    GenerationRequest,
-    PipelineCapabilities,
-    PipelineOptions,
-    PipelineSpec,
     PreparedVoice,
     ReferenceVoice,
-    SlotCache,
     SpeechStages,
     StepOutput,
     Voice,
-    hookimpl,
 )
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION

@@ -28,30 +28,32 @@ from transformers.cache_utils import DynamicCache
 
 from omni_core import (
     PLUGIN_API_VERSION,
-    ARState,
-    AutoregressiveChatPipeline,
-    ChatMessage,
-    ChatPart,
-    ChunkDecoder,
-    ChunkSchedule,
-    DecoderStage,
     GenerationRequest,
     PipelineCapabilities,
     PipelineOptions,
     PipelineSpec,
+    hookimpl,
+)
+from omni_core.chat import (
+    AutoregressiveChatPipeline,
+    ChatMessage,
+    ChatPart,
     ReplyBuffer,
-    Sampling,
-    SlotCache,
     SpeechFollower,
-    SpeechStages,
-    StepOutput,
     TextStage,
     TextStages,
     TextState,
     TokenOutput,
+)
+from omni_core.runtime import Sampling, SlotCache, sample_tokens
+from omni_core.speech import (
+    ARState,
+    ChunkDecoder,
+    ChunkSchedule,
+    DecoderStage,
+    SpeechStages,
+    StepOutput,
     Voice,
-    hookimpl,
-    sample_tokens,
 )
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION

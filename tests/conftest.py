@@ -38,7 +38,9 @@ def acme_ar_tts() -> ModuleType:
 
 
 def _cancel_running(pipeline: Any, request: Any) -> None:
-    from omni_core.engine import Engine, Job, RequestCancelledError
+    from omni_core.contract.errors import RequestCancelledError
+    from omni_core.runtime.engine import Engine
+    from omni_core.runtime.jobs import Job
 
     engine = Engine(pipeline, name="cancel", max_batch=4).start()
     try:
@@ -67,7 +69,7 @@ def with_chat_plugin(acme_chat: ModuleType) -> Callable[[], AbstractContextManag
 
     @contextlib.contextmanager
     def swapped() -> Iterator[object]:
-        from omni_core.plugins import PluginHost, set_host
+        from omni_core.contract.host import PluginHost, set_host
 
         host = PluginHost()
         host.register_object("omni-acme-chat", acme_chat)

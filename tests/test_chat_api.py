@@ -8,7 +8,6 @@ deltas concatenating to the whole answer, concurrent answers equal to each alone
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,8 +15,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from omni_core import ChatMessage, ChatPart, InvalidRequestError, Omni
-from omni_core.engine import Engine, Job
+from omni_core import InvalidRequestError, Omni
+from omni_core.chat import ChatMessage, ChatPart
+from omni_core.runtime.engine import Engine
+from omni_core.runtime.jobs import Job
 
 PROMPTS = ["hello there", "what is the capital of france?", "hi"]
 
@@ -43,16 +44,11 @@ def _reference_text(acme_chat, omni: Omni, messages: list[ChatMessage], max_toke
 
 
 def test_plugin_imports_only_public_names(acme_chat) -> None:
-    import omni_core
+    from omni_core.testing import assert_imports_only_faces
 
-    imported = {
-        (node.module, alias.name)
-        for node in ast.walk(ast.parse(Path(acme_chat.__file__).read_text()))
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("omni_core")
-        for alias in node.names
-    }
-    assert imported and {module for module, _ in imported} == {"omni_core"}
-    assert {name for _, name in imported} <= set(omni_core.__all__)
+    source = Path(acme_chat.__file__).read_text()
+    assert "from omni_core.chat import" in source
+    assert_imports_only_faces([Path(acme_chat.__file__)], test_kit=False)
 
 
 def test_text_answers_equal_generate(acme_chat, models) -> None:
@@ -141,7 +137,7 @@ def test_loaded_without_the_talker_answers_text_only(models) -> None:
         assert omni.pipeline.output_modalities == ("text",) and omni.pipeline.voices() == []
         with pytest.raises(InvalidRequestError) as info:
             omni.chat("hi", modalities=["text", "audio"])
-        assert info.value.param == "modalities" and "talker" in info.value.message
+        assert info.value.param == "modalities" and "speech chain" in info.value.message
         assert omni.chat("hi", max_tokens=8).text == models.omni.chat("hi", max_tokens=8).text
 
 
@@ -196,8 +192,8 @@ def test_dict_messages_with_media_parts(acme_chat, models) -> None:
 
 
 def test_generate_chat_cli(acme_chat, models, tmp_path: Path) -> None:
-    from omni_core import audio as codecs
     from omni_core.cli import cli
+    from omni_core.media import audio as codecs
 
     runner = CliRunner()
     text = runner.invoke(

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from omni_core.cli import cli
-from omni_core.platforms import reset_platform
+from omni_core.contract.platforms import reset_platform
 
 
 @pytest.fixture(autouse=True)
@@ -40,8 +40,11 @@ def test_doctor_json_reports_platform_versions_and_usability() -> None:
     assert row["distribution"] == "torch" and row["satisfied"] is True
     backends = {b["name"]: b for b in report["attention_backends"]}
     assert backends["sdpa"]["usable"]
-    assert backends["sdpa-cudnn"] == {**backends["sdpa-cudnn"], "usable": False,
-                                      "reason": "runs on cuda, not on cpu"}
+    assert backends["sdpa-cudnn"] == {
+        **backends["sdpa-cudnn"],
+        "usable": False,
+        "reason": "runs on cuda, not on cpu",
+    }
     for kind in ("cache_backends", "quantizers"):
         for item in report[kind]:
             assert isinstance(item["usable"], bool)
@@ -76,9 +79,7 @@ def test_doctor_bad_config_exits_2_naming_the_field(tmp_path: Path) -> None:
         ("cuda", "Error: platform 'cuda' was forced by OMNI_PLATFORM but is not available: "),
     ],
 )
-def test_forced_platform_errors_are_one_line_without_traceback(
-    platform: str, message: str
-) -> None:
+def test_forced_platform_errors_are_one_line_without_traceback(platform: str, message: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "omni_core.cli", "doctor"],
         capture_output=True,

@@ -34,7 +34,7 @@ def test_cli_device_that_is_no_device(command: list[str]) -> None:
 
 @pytest.mark.parametrize("command", [GENERATE, GENERATE_VIDEO, SERVE])
 def test_cli_cuda_device_on_a_cpu_only_machine(command: list[str]) -> None:
-    from omni_core.platforms import current_platform
+    from omni_core.contract.platforms import current_platform
 
     if current_platform().device_type != "cpu":
         pytest.skip("this machine has an accelerator platform")
@@ -43,7 +43,7 @@ def test_cli_cuda_device_on_a_cpu_only_machine(command: list[str]) -> None:
 
 
 def test_cli_device_index_beyond_the_devices() -> None:
-    from omni_core.platforms import current_platform
+    from omni_core.contract.platforms import current_platform
 
     platform = current_platform()
     if platform.device_type == "cpu":
@@ -53,9 +53,7 @@ def test_cli_device_index_beyond_the_devices() -> None:
 
 
 @pytest.mark.parametrize("missing", ["uvicorn", "fastapi"])
-def test_cli_serve_without_the_serve_extra(
-    monkeypatch: pytest.MonkeyPatch, missing: str
-) -> None:
+def test_cli_serve_without_the_serve_extra(monkeypatch: pytest.MonkeyPatch, missing: str) -> None:
     """As if the package were not installed: importing it fails (None in sys.modules is what
     the import system reports as "No module named ..." for a missing package)."""
     monkeypatch.setitem(sys.modules, missing, None)

@@ -10,10 +10,15 @@ import pytest
 from click.testing import CliRunner
 
 from omni_core.cli import cli
-from omni_core.plugins import set_host
+from omni_core.contract.host import set_host
 
 KINDS = {
-    "pipelines", "attention_backends", "cache_backends", "quantizers", "platforms", "denoisers",
+    "pipelines",
+    "attention_backends",
+    "cache_backends",
+    "quantizers",
+    "platforms",
+    "denoisers",
     "benchmarks",
 }
 

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from omni_core.cli import cli
 from omni_core.commands.memory_options import memory_kwargs
-from omni_core.config import parse_lora_spec
-from omni_core.errors import ConfigError
+from omni_core.contract.config import parse_lora_spec
+from omni_core.contract.errors import ConfigError
 
 
 @pytest.fixture()

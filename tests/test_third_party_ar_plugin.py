@@ -1,7 +1,8 @@
 """A third-party autoregressive TTS plugin on omni's runtime, through ``omni_core`` names only.
 
 The plugin (``tests/acme_ar_tts.py``) registers its pipeline with the ``omni_register_pipelines``
-hook and subclasses :class:`omni_core.AutoregressiveSpeechPipeline`. These tests drive it through
+hook and subclasses :class:`omni_core.speech.AutoregressiveSpeechPipeline`. These tests drive it
+through
 ``Omni`` and the serving engine, and check the runtime's promises: batched output equals the
 plugin's plain one-request loop, requests join and leave between steps, streamed deltas
 concatenate to the whole output, cancellation and time limits act between steps, the host reads
@@ -10,7 +11,6 @@ device values only when a chunk is handed out, and the KV cache is the runtime's
 
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
@@ -18,9 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core import Omni, ReferenceVoice
-from omni_core.engine import Engine, Job, RequestCancelledError, RequestTimeoutError
-from omni_core.plugins import PluginHost, set_host
+from omni_core import Omni
+from omni_core.contract.errors import RequestCancelledError, RequestTimeoutError
+from omni_core.contract.host import PluginHost, set_host
+from omni_core.runtime.engine import Engine
+from omni_core.runtime.jobs import Job
+from omni_core.speech import ReferenceVoice
 
 TEXTS = ["hello there", "a much longer sentence to speak, with more frames", "hi",
          "the quick brown fox jumps"]  # fmt: skip
@@ -48,13 +51,9 @@ def _reference(omni, text: str, speaker=None):
 
 
 def test_plugin_uses_only_public_omni_core_names(acme_ar_tts) -> None:
-    tree = ast.parse(Path(acme_ar_tts.__file__).read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("omni_core"):
-            assert node.module == "omni_core", node.module
-            import omni_core
+    from omni_core.testing import assert_imports_only_faces
 
-            assert all(alias.name in omni_core.__all__ for alias in node.names)
+    assert_imports_only_faces([Path(acme_ar_tts.__file__)], test_kit=False)
 
 
 def test_one_request_equals_the_plain_loop(omni) -> None:

@@ -10,7 +10,6 @@ CFG-parallel / Ulysses on two CPU processes (gloo) that reproduce the single-pro
 
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import subprocess
@@ -27,9 +26,9 @@ pytest.importorskip("diffusers")
 import numpy as np
 
 from omni_core.cli import cli
-from omni_core.platforms import reset_platform
-from omni_core.plugins import set_host
-from omni_core.testing import assert_plugin_discoverable
+from omni_core.contract.host import set_host
+from omni_core.contract.platforms import reset_platform
+from omni_core.testing import assert_imports_only_faces, assert_plugin_discoverable
 
 DIST, MODULE, SPEC = "omni-acme-dit", "omni_acme_dit", "acme-dit"
 #: 12 x 28 pixels, patch 4: 3 x 7 = 21 tokens (an uneven Ulysses split: 11 + 10).
@@ -37,8 +36,13 @@ REQUESTS = [
     {"prompt": "a red square on grey", "negative_prompt": "blurry", "seed": 1},
     {"prompt": "a blue circle", "seed": 2},
 ]
-SHARED = {"height": 12, "width": 28, "num_inference_steps": 4, "guidance_scale": 3.0,
-          "output_type": "latent"}
+SHARED = {
+    "height": 12,
+    "width": 28,
+    "num_inference_steps": 4,
+    "guidance_scale": 3.0,
+    "output_type": "latent",
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +59,21 @@ def plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     site = root / "site"
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", *isolation,
-         "--target", str(site), str(package)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--quiet",
+            *isolation,
+            "--target",
+            str(site),
+            str(package),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert install.returncode == 0, install.stderr[-3000:]
     with pytest.MonkeyPatch.context() as mp:
@@ -112,14 +128,8 @@ def test_the_generated_plugin_is_discoverable_and_uses_only_the_public_sdk(
     assert "taylorseer" in caps.cache_backends
     denoiser = registry.denoiser_for("AcmeDitTransformer")
     assert denoiser is not None and denoiser.plugin == DIST
-    # Every omni import of the package is the top level: `from omni_core import ...`.
-    for path in (plugin["package"] / "src").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("omni_core"):
-                assert node.module == "omni_core", f"{path.name}: from {node.module} import"
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names if a.name.startswith("omni_core")]
-                assert all(n == "omni_core" for n in names), f"{path.name}: import {names}"
+    # Every omni import of the package goes through omni-core's public faces.
+    assert_imports_only_faces((plugin["package"] / "src").rglob("*.py"), test_kit=False)
 
 
 def test_step_batching_fused_qkv_and_regional_compile_keep_the_result(

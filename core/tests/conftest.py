@@ -13,8 +13,8 @@ from collections.abc import Callable
 import pytest
 
 from omni_core import DenoiserSpec, hookimpl
-from omni_core.plugins import PluginHost
-from omni_core.registry import Registry
+from omni_core.contract.host import PluginHost
+from omni_core.contract.registry import Registry
 
 
 class ShippedDenoisers:

@@ -13,18 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core.acceleration import AccelerationReport, apply_acceleration
-from omni_core.acceleration.quality import psnr
-from omni_core.errors import ConfigError
-from omni_core.pipelines.base import (
-    DenoiseState,
-    GenerationRequest,
-    GenerationResult,
-    PipelineOptions,
-    StagedPipeline,
-)
-from omni_core.plugins import PluginHost
-from omni_core.registry import PipelineCapabilities, PipelineSpec
+from omni_core.contract.errors import ConfigError
+from omni_core.contract.host import PluginHost
+from omni_core.contract.pipeline import DenoiseState, PipelineOptions, StagedPipeline
+from omni_core.contract.registry import PipelineCapabilities, PipelineSpec
+from omni_core.contract.types import GenerationRequest, GenerationResult
+from omni_core.diffusion.acceleration import AccelerationReport, apply_acceleration
+from omni_core.diffusion.acceleration.quality import psnr
 
 STEPS = 6
 
@@ -101,8 +96,9 @@ def toy_checkpoint(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def toy_host():
-    from omni_core import DenoiserAdapter, DenoiserSpec, hookimpl
-    from omni_core.plugins import set_host
+    from omni_core import DenoiserSpec, hookimpl
+    from omni_core.contract.host import set_host
+    from omni_core.diffusion import DenoiserAdapter
 
     module = types.ModuleType("omni_accel_toy")
     module.AccelToyPipeline = AccelToyPipeline
@@ -161,8 +157,8 @@ def test_builtins_register_every_backend():
 
 
 def test_optional_backends_say_why_not():
-    from omni_core.acceleration.cache import dbcache_available
-    from omni_core.kernels.external import (
+    from omni_core.diffusion.acceleration.cache import dbcache_available
+    from omni_core.runtime.kernels.external import (
         flash_attn2_available,
         flash_attn3_available,
         sage_available,
@@ -223,8 +219,8 @@ def test_omni_rejects_unsupported_or_unknown(toy_host, toy_checkpoint):
 
 
 def test_sdpa_auto_matches_sdpa_and_picks_by_shape(monkeypatch):
-    from omni_core.kernels import sdpa as ax
-    from omni_core.kernels.sdpa import sdpa
+    from omni_core.runtime.kernels import sdpa as ax
+    from omni_core.runtime.kernels.sdpa import sdpa
 
     q, k, v = (torch.randn(1, 20, 2, 16) for _ in range(3))
     torch.testing.assert_close(ax.sdpa_auto(q, k, v), sdpa(q, k, v))
@@ -259,9 +255,9 @@ def test_sdpa_auto_matches_sdpa_and_picks_by_shape(monkeypatch):
 
 
 def test_finish_request_covers_batched_contexts():
-    from omni_core import DenoiserAdapter
-    from omni_core.acceleration import cache_key
-    from omni_core.acceleration.cache import CacheHandle
+    from omni_core.diffusion import DenoiserAdapter
+    from omni_core.diffusion.acceleration import cache_key
+    from omni_core.diffusion.acceleration.cache import CacheHandle
 
     handle = CacheHandle(
         backend="x", module=torch.nn.Linear(2, 2), adapter=DenoiserAdapter("X"), probe=lambda: True

@@ -16,13 +16,19 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from omni_core import BenchmarkSpec, Workload, hookimpl
-from omni_core.benchmark import BenchOptions, run_benchmark, select_workloads, write_random_model
-from omni_core.benchmark.measure import PSNR_IDENTICAL, compare
-from omni_core.benchmark.runner import ensure_checkpoint, parse_modes
+from omni_core import BenchmarkSpec, hookimpl
+from omni_core.bench import (
+    BenchOptions,
+    Workload,
+    run_benchmark,
+    select_workloads,
+    write_random_model,
+)
+from omni_core.bench.measure import PSNR_IDENTICAL, compare
+from omni_core.bench.runner import ensure_checkpoint, parse_modes
 from omni_core.commands.bench import bench_pipeline
-from omni_core.errors import ConfigError
-from omni_core.plugins import PluginHost, get_registry
+from omni_core.contract.errors import ConfigError
+from omni_core.contract.host import PluginHost, get_registry
 
 ROW_FIELDS = {
     "workload",
@@ -117,7 +123,7 @@ def test_checkpoint_folder_is_built_once(tiny_run: tuple[Path, list[dict[str, An
 
 WORKLOAD_MODULE = '''
 from dataclasses import dataclass
-from omni_core import Workload
+from omni_core.bench import Workload
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,7 +196,7 @@ def test_third_party_benchmark_is_selected(third_party: Any) -> None:
     assert isinstance(workload, Workload)
     ((spec, _),) = select_workloads(third_party, ["flat-third-party"])
     assert spec.pipeline == "flat"
-    with pytest.raises(ConfigError, match=r"not an omni_core\.Workload"):
+    with pytest.raises(ConfigError, match=r"not an omni_core\.bench\.Workload"):
         select_workloads(third_party)  # the non-tiny one is broken
     with pytest.raises(ConfigError, match="registered: flat-third-party, broken-third-party"):
         select_workloads(third_party, ["nope"])

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core import DenoiserAdapter, DenoiserSpec, hookimpl
-from omni_core.acceleration import apply_acceleration
-from omni_core.acceleration.cache import apply_cache
-from omni_core.acceleration.quality import psnr, ssim
-from omni_core.config import CacheConfig
-from omni_core.denoisers import resolve_denoiser
-from omni_core.errors import ConfigError
+from omni_core import DenoiserSpec, hookimpl
+from omni_core.contract.config import CacheConfig
+from omni_core.contract.errors import ConfigError
+from omni_core.diffusion import DenoiserAdapter
+from omni_core.diffusion.acceleration import apply_acceleration
+from omni_core.diffusion.acceleration.cache import apply_cache
+from omni_core.diffusion.acceleration.quality import psnr, ssim
+from omni_core.diffusion.denoisers import resolve_denoiser
 
 STEPS = 8
 
@@ -276,8 +277,8 @@ def test_cache_config_errors(registry):
 
 
 def test_apply_acceleration_cache_and_report(registry, wan_reference):
-    from omni_core.pipelines.base import PipelineOptions
-    from omni_core.platforms import current_platform
+    from omni_core.contract.pipeline import PipelineOptions
+    from omni_core.contract.platforms import current_platform
 
     model = _tiny_wan()
     options = PipelineOptions(
@@ -303,7 +304,7 @@ def test_apply_acceleration_cache_and_report(registry, wan_reference):
 
 
 def test_fused_qkv_is_exact(registry, wan_reference):
-    from omni_core.acceleration.compile import fuse_qkv
+    from omni_core.diffusion.acceleration.compile import fuse_qkv
 
     model = _tiny_wan()
     assert fuse_qkv(model) == 8

@@ -8,9 +8,9 @@ import pytest
 import torch
 from diffusers.hooks import hooks as diffusers_hooks
 
-from omni_core.acceleration.cache import MIN_DIFFUSERS_FOR_CACHES, apply_cache
-from omni_core.config import CacheConfig
-from omni_core.errors import ConfigError
+from omni_core.contract.config import CacheConfig
+from omni_core.contract.errors import ConfigError
+from omni_core.diffusion.acceleration.cache import MIN_DIFFUSERS_FOR_CACHES, apply_cache
 
 STEPS = 6
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from omni_core.acceleration.compile import fuse_qkv
+from omni_core.diffusion.acceleration.compile import fuse_qkv
 
 TEXT_TOKENS = 512  # diffusers' WanAttnProcessor hard-codes the T5 context length
 
@@ -114,7 +114,7 @@ def test_fused_model_state_dict_has_no_duplicates(i2v_transformer):
 
 def test_fused_i2v_compiles_without_graph_breaks(i2v_transformer):
     """The stand-ins are plain modules Dynamo traces through (the fused path never calls them)."""
-    from omni_core.acceleration.compile import compile_repeated_blocks
+    from omni_core.diffusion.acceleration.compile import compile_repeated_blocks
 
     model = copy.deepcopy(i2v_transformer)
     fuse_qkv(model)

@@ -8,15 +8,15 @@ import importlib.util
 import pytest
 import torch
 
-from omni_core.acceleration import apply_acceleration
-from omni_core.acceleration.compile import compile_repeated_blocks, find_repeated_blocks
-from omni_core.acceleration.quantization import (
+from omni_core.contract.config import QuantizationConfig
+from omni_core.contract.errors import ConfigError
+from omni_core.diffusion.acceleration import apply_acceleration
+from omni_core.diffusion.acceleration.compile import compile_repeated_blocks, find_repeated_blocks
+from omni_core.diffusion.acceleration.quantization import (
     default_filter,
     fp8_linear_class,
     quantize_components,
 )
-from omni_core.config import QuantizationConfig
-from omni_core.errors import ConfigError
 
 
 def _tiny_wan(layers: int = 3) -> torch.nn.Module:
@@ -135,7 +135,7 @@ def test_quantizer_errors(registry):
 
 
 def test_torchao_availability_message(registry):
-    from omni_core.acceleration.quantization import torchao_available
+    from omni_core.diffusion.acceleration.quantization import torchao_available
 
     have = torchao_available()
     if importlib.util.find_spec("torchao") is None:
@@ -180,9 +180,9 @@ def test_compiled_blocks_equal_eager_without_recompiles(reference):
 def test_apply_acceleration_orders_quantize_compile_cache(registry, reference):
     import torch._dynamo
 
-    from omni_core.config import CacheConfig
-    from omni_core.pipelines.base import PipelineOptions
-    from omni_core.platforms import current_platform
+    from omni_core.contract.config import CacheConfig
+    from omni_core.contract.pipeline import PipelineOptions
+    from omni_core.contract.platforms import current_platform
 
     torch._dynamo.reset()
     model = _tiny_wan()
@@ -207,9 +207,9 @@ def test_apply_acceleration_orders_quantize_compile_cache(registry, reference):
 
 
 def test_apply_acceleration_validates_before_touching(registry):
-    from omni_core.config import CacheConfig
-    from omni_core.pipelines.base import PipelineOptions
-    from omni_core.platforms import current_platform
+    from omni_core.contract.config import CacheConfig
+    from omni_core.contract.pipeline import PipelineOptions
+    from omni_core.contract.platforms import current_platform
 
     model = _tiny_wan()
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -231,7 +231,7 @@ def test_core_fp8_refuses_rocm_builds(monkeypatch) -> None:
     """On a HIP build the e4m3fn quantizer would write the wrong fp8 format for MI300."""
     import torch
 
-    from omni_core.acceleration.quantization import fp8_available, torchao_fp8_available
+    from omni_core.diffusion.acceleration.quantization import fp8_available, torchao_fp8_available
 
     assert fp8_available().available  # CPU torch: float8 + _scaled_mm exist
     monkeypatch.setattr(torch.version, "hip", "6.2.0", raising=False)

@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from omni_core import audio
-from omni_core.api import _collect_speech
-from omni_core.errors import InvalidRequestError
-from omni_core.pipelines.base import GenerationRequest, Voice
+from omni_core.contract.errors import InvalidRequestError
+from omni_core.contract.types import GenerationRequest, Voice
+from omni_core.speech import pipeline as audio
 
 
 class ToneExtras(BaseModel):
@@ -57,7 +56,7 @@ def test_audio_pipeline_stream_is_the_whole_result() -> None:
     req = _request("one two three four", sample_rate=24000, speed=1.25)
     chunks = list(pipe.stream(req))
     assert len(chunks) >= 2 and all(c.sample_rate == 24000 for c in chunks)
-    whole = _collect_speech(pipe, req)
+    whole = pipe.collect(req)
     assert np.array_equal(np.concatenate([c.samples for c in chunks]), whole.audio)
     assert whole.sample_rate == 24000
     # Speed 1.25 and 16k -> 24k: 4 words x 50 ms / 1.25 at 24 kHz.
@@ -110,7 +109,7 @@ def test_audio_pipeline_threads_do_not_mix() -> None:
         )
         for i in range(8)
     ]
-    expected = [_collect_speech(pipe, r).audio for r in requests]
+    expected = [pipe.collect(r).audio for r in requests]
     start = threading.Barrier(len(requests))
 
     def run(r: GenerationRequest) -> np.ndarray:

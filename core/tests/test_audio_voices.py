@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core import InvalidRequestError, PreparedVoice, ReferenceVoice
-from omni_core.audio import encode_audio
-from omni_core.audio.speech import StreamingSpeechPipeline
-from omni_core.serving.voices import MAX_VOICE_BYTES, VoiceStore, check_name, decode_reference
+from omni_core import InvalidRequestError
+from omni_core.media.audio import encode_audio
+from omni_core.speech import PreparedVoice, ReferenceVoice
+from omni_core.speech.pipeline import StreamingSpeechPipeline
+from omni_core.speech.voices import MAX_VOICE_BYTES, VoiceStore, check_name, decode_reference
 
 RATE = 16000
 

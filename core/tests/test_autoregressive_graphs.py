@@ -1,4 +1,4 @@
-"""The static-shape step pieces (omni_core.autoregressive.graphs) on CPU: buckets, the fixed-size
+"""The static-shape step pieces (omni_core.runtime.graphs) on CPU: buckets, the fixed-size
 slot-cache view (writes by index at each slot's own length, device-built mask and positions,
 equal to the runtime's bound SlotCache on the real rows), the preallocated short cache (what a
 DynamicCache returns), and the GraphRunner's eager path, reports and checks."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicCache
 
-from omni_core import (
+from omni_core.runtime import (
     GraphRunner,
     SlotCache,
     StaticKVCache,

@@ -9,18 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from omni_core.autoregressive.cache import SlotCache  # noqa: E402
-from omni_core.autoregressive.chat_runtime import ChatRuntime  # noqa: E402
-from omni_core.autoregressive.sampling import Sampling, sample_tokens  # noqa: E402
-from omni_core.autoregressive.stages import (  # noqa: E402
-    ARState,
-    ChunkDecoder,
-    ChunkSchedule,
-    DecoderStage,
-    SpeechStages,
-    StepOutput,
-)
-from omni_core.autoregressive.text import (  # noqa: E402
+from omni_core.chat.runtime import ChatRuntime  # noqa: E402
+from omni_core.chat.stages import (  # noqa: E402
     ReplyBuffer,
     SpeechFollower,
     TextStage,
@@ -28,7 +18,17 @@ from omni_core.autoregressive.text import (  # noqa: E402
     TextState,
     TokenOutput,
 )
-from omni_core.pipelines.base import GenerationRequest  # noqa: E402
+from omni_core.contract.types import GenerationRequest  # noqa: E402
+from omni_core.runtime.cache import SlotCache  # noqa: E402
+from omni_core.runtime.sampling import Sampling, sample_tokens  # noqa: E402
+from omni_core.runtime.stages import (  # noqa: E402
+    ARState,
+    ChunkDecoder,
+    ChunkSchedule,
+    DecoderStage,
+    SpeechStages,
+    StepOutput,
+)
 
 np = pytest.importorskip("numpy")
 
@@ -257,7 +257,7 @@ def test_talker_follows_the_thinker_and_batched_equals_alone(thinker) -> None:
     follower = Follower()
     stages = TextStages(decoder=Thinker(thinker), detokenize=_detok, speech=follower, max_len=128)
     runtime = ChatRuntime(stages, max_batch=4)
-    codec = runtime.talker.stages.codec
+    codec = runtime.speech_chain.stages.codec
     with torch.inference_mode():
         expected = [_reference_talker(thinker, follower, p, 10) for p in PROMPTS]
         whole = [codec.decode(torch.tensor([[c]]), 0)[0].numpy() for c in expected]
@@ -277,11 +277,10 @@ def test_talker_follows_the_thinker_and_batched_equals_alone(thinker) -> None:
 
 
 def test_text_only_runtime_refuses_audio_and_cancel_frees_the_slot(thinker) -> None:
-    from omni_core.engine.job import RequestCancelledError
-    from omni_core.errors import InvalidRequestError
+    from omni_core.contract.errors import InvalidRequestError, RequestCancelledError
 
     runtime = ChatRuntime(TextStages(decoder=Thinker(thinker), detokenize=_detok), max_batch=1)
-    with pytest.raises(InvalidRequestError, match="without its talker"):
+    with pytest.raises(InvalidRequestError, match="without its speech chain"):
         runtime.open(_state(PROMPTS[0], audio=True))
     stream = runtime.open(_state(PROMPTS[1], max_tokens=40))
     runtime.step()

@@ -14,29 +14,51 @@ from click.testing import CliRunner
 
 from omni_core import BenchmarkSpec, DenoiserSpec, PipelineSpec, hookimpl
 from omni_core.cli import cli
-from omni_core.registry import SPEC_TYPES
+from omni_core.contract.registry import SPEC_TYPES
 
 
 class _ModelPlugin:
     @staticmethod
     @hookimpl
     def omni_register_pipelines(register: Any) -> None:
-        register(PipelineSpec(name="kinds-model", tasks=("t2i",), architectures=("KindsPipe",),
-                              implementation="omni_core.pipelines.base:StagedPipeline"))
+        register(
+            PipelineSpec(
+                name="kinds-model",
+                tasks=("t2i",),
+                architectures=("KindsPipe",),
+                implementation="omni_core.contract.pipeline:StagedPipeline",
+            )
+        )
 
     @staticmethod
     @hookimpl
     def omni_register_denoisers(register: Any) -> None:
-        register(DenoiserSpec(name="kinds-transformer", architectures=("KindsTransformer",),
-                              implementation="omni_core.denoisers:generic_adapter"))
+        register(
+            DenoiserSpec(
+                name="kinds-transformer",
+                architectures=("KindsTransformer",),
+                implementation="omni_core.diffusion.denoisers:generic_adapter",
+            )
+        )
 
     @staticmethod
     @hookimpl
     def omni_register_benchmarks(register: Any) -> None:
-        register(BenchmarkSpec(name="kinds-tiny", pipeline="kinds-model", tiny=True,
-                               implementation="omni_core.benchmark:Workload"))
-        register(BenchmarkSpec(name="kinds-orphan", pipeline="nobody",
-                               implementation="omni_kinds_missing.bench:WORKLOAD"))
+        register(
+            BenchmarkSpec(
+                name="kinds-tiny",
+                pipeline="kinds-model",
+                tiny=True,
+                implementation="omni_core.bench:Workload",
+            )
+        )
+        register(
+            BenchmarkSpec(
+                name="kinds-orphan",
+                pipeline="nobody",
+                implementation="omni_kinds_missing.bench:WORKLOAD",
+            )
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +81,8 @@ def test_list_plugins_shows_denoisers_and_benchmarks() -> None:
     assert mine["denoisers"] == ["kinds-transformer"]
     assert mine["benchmarks"] == ["kinds-orphan", "kinds-tiny"]
     assert set(plugins["omni-kinds"]["hooks"]) >= {
-        "omni_register_denoisers", "omni_register_benchmarks"
+        "omni_register_denoisers",
+        "omni_register_benchmarks",
     }
     row = next(line for line in _run("list-plugins").splitlines() if line.startswith("omni-kinds"))
     assert "denoisers: kinds-transformer" in row
@@ -70,8 +93,11 @@ def test_doctor_shows_denoisers_and_benchmarks_with_usability() -> None:
     report = json.loads(_run("doctor", "--json"))
     denoisers = {d["name"]: d for d in report["denoisers"]}
     assert denoisers["kinds-transformer"] == {
-        "name": "kinds-transformer", "plugin": "omni-kinds",
-        "architectures": ["KindsTransformer"], "usable": True, "reason": "",
+        "name": "kinds-transformer",
+        "plugin": "omni-kinds",
+        "architectures": ["KindsTransformer"],
+        "usable": True,
+        "reason": "",
     }
     benchmarks = {b["name"]: b for b in report["benchmarks"]}
     assert benchmarks["kinds-tiny"]["usable"] and benchmarks["kinds-tiny"]["tiny"] is True

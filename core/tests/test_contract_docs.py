@@ -3,8 +3,10 @@ field or contract member added without docs fails here, naming the page it belon
 
 Pages and what each must mention (as code: an inline ``code`` span or a fenced block):
 
-- ``hooks.md``: every hook in ``omni_core.hookspecs.ALL_HOOKS`` (hand-written); every field of
-  every spec class in ``omni_core.registry.SPEC_TYPES`` and of ``PipelineCapabilities`` (the
+- ``hooks.md``: every hook in ``omni_core.contract.hookspecs.ALL_HOOKS`` (hand-written); every
+field of
+  every spec class in ``omni_core.contract.registry.SPEC_TYPES`` and of ``PipelineCapabilities``
+  (the
   page as built: the tables are generated from the code by ``sdk-docs/hooks_reference.py``);
 - ``write-a-model-plugin.md``: every public member declared on ``Pipeline``,
   ``StagedPipeline``, ``SpeechPipeline``, ``DenoiserAdapter``, ``SequencePlan`` and the
@@ -22,8 +24,8 @@ from pathlib import Path
 import pytest
 
 import omni_core
-from omni_core.hookspecs import ALL_HOOKS
-from omni_core.registry import SPEC_TYPES, PipelineCapabilities
+from omni_core.contract.hookspecs import ALL_HOOKS
+from omni_core.contract.registry import SPEC_TYPES, PipelineCapabilities
 
 DOCS = Path(__file__).resolve().parents[2] / "sdk-docs"
 PAGES = DOCS / "docs"
@@ -79,8 +81,7 @@ def test_every_spec_field_is_documented_on_the_hooks_page() -> None:
 
 @pytest.mark.parametrize(
     "cls",
-    ["Pipeline", "StagedPipeline", "SpeechPipeline", "DenoiserAdapter", "SequencePlan",
-     "Workload"],
+    ["Pipeline", "StagedPipeline", "SpeechPipeline", "DenoiserAdapter", "SequencePlan", "Workload"],
 )
 def test_every_contract_member_is_documented_in_the_author_guide(cls: str) -> None:
     members = _public(getattr(omni_core, cls))
@@ -96,8 +97,14 @@ def test_docs_name_no_removed_api() -> None:
     """No page tells authors to use an API 2.0 removed (the migration notes on
     compatibility.md name them on purpose)."""
     removed = [
-        "register_cache_adapter", "register_sequence_plan", "CacheAdapter", "cache_adapter",
-        "default_fps", "auto_parallelize", "pipeline_cls", "omni_core.builtins.attention",
+        "register_cache_adapter",
+        "register_sequence_plan",
+        "CacheAdapter",
+        "cache_adapter",
+        "default_fps",
+        "auto_parallelize",
+        "pipeline_cls",
+        "omni_core.builtins.attention",
         "bench_pipeline",
     ]
     found = []

@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from omni_core import AutoregressiveChatPipeline, PipelineSpec, hookimpl
-from omni_core.pipelines.base import SpeechPipeline, StagedPipeline  # (and Pipeline)
+from omni_core import PipelineSpec, hookimpl
+from omni_core.chat import AutoregressiveChatPipeline
+from omni_core.contract.pipeline import StagedPipeline
+from omni_core.speech.pipeline import SpeechPipeline
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "omni_core"
 #: Members the pipeline base classes declare (each extends Pipeline; chat models' too).
@@ -34,9 +36,9 @@ from abc import ABCMeta
 
 import numpy as np
 
-from omni_core import (
-    AudioChunk, DenoiseState, GenerationResult, SpeechPipeline, StagedPipeline, Voice,
-)
+from omni_core import GenerationResult
+from omni_core.diffusion import DenoiseState, StagedPipeline
+from omni_core.speech import AudioChunk, SpeechPipeline, Voice
 
 #: (who read, attribute, reading module): reads made by omni_core code only.
 READS = []
@@ -160,9 +162,9 @@ def _undeclared(module: Any) -> list[tuple[str, str, str]]:
 
 def test_staged_paths_read_only_declared_members(recorder: Any, tmp_path: Path) -> None:
     from omni_core import Omni
-    from omni_core.engine import Engine
-    from omni_core.pipelines.runtime import run_to_completion
-    from omni_core.requests import build_request, clip_seconds, warmup_request
+    from omni_core.contract.requests import build_request, clip_seconds, warmup_request
+    from omni_core.runtime.engine import Engine
+    from omni_core.runtime.staged import run_to_completion
 
     folder = tmp_path / "video"
     folder.mkdir()
@@ -187,7 +189,7 @@ def test_staged_paths_read_only_declared_members(recorder: Any, tmp_path: Path) 
 def test_speech_paths_read_only_declared_members(recorder: Any, tmp_path: Path) -> None:
     from omni_core import Omni
     from omni_core.cli import cli
-    from omni_core.engine import Engine
+    from omni_core.runtime.engine import Engine
 
     folder = tmp_path / "voice"
     folder.mkdir()

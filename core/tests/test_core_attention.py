@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from omni_core.attention import AttentionRouter, dispatch_attention, resolve_backend, use_router
-from omni_core.config import AttentionConfig
-from omni_core.errors import ConfigError
-from omni_core.platforms import CpuPlatform
-from omni_core.plugins import PluginHost
-from omni_core.registry import Registry
+from omni_core.contract.attention import (
+    AttentionRouter,
+    dispatch_attention,
+    resolve_backend,
+    use_router,
+)
+from omni_core.contract.config import AttentionConfig
+from omni_core.contract.errors import ConfigError
+from omni_core.contract.host import PluginHost
+from omni_core.contract.platforms import CpuPlatform
+from omni_core.contract.registry import Registry
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from omni_core.config import OmniConfig, env_names, load_config, parse_assignments
-from omni_core.errors import ConfigError
+from omni_core.contract.config import OmniConfig, env_names, load_config, parse_assignments
+from omni_core.contract.errors import ConfigError
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from omni_core import hookimpl
-from omni_core.errors import PlatformError
-from omni_core.platforms import check_available, current_platform, select_platform
-from omni_core.plugins import PluginHost
-from omni_core.registry import PlatformSpec, Registry
+from omni_core.contract.errors import PlatformError
+from omni_core.contract.host import PluginHost
+from omni_core.contract.platforms import check_available, current_platform, select_platform
+from omni_core.contract.registry import PlatformSpec, Registry
 
-FAKES = '''
-from omni_core.platforms import Platform
-from omni_core.registry import Availability
+FAKES = """
+from omni_core.contract.platforms import Platform
+from omni_core.contract.registry import Availability
 
 class Fast(Platform):
     name = "fast"
@@ -35,7 +35,7 @@ def raises():
 
 def truthy():
     return 1
-'''
+"""
 
 
 @pytest.fixture

@@ -9,27 +9,27 @@ from pathlib import Path
 import pytest
 
 from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.errors import PluginError
-from omni_core.plugins import PluginHost, api_compatible, get_host
-from omni_core.registry import AttentionBackendSpec, PlatformSpec
+from omni_core.contract.errors import PluginError
+from omni_core.contract.host import PluginHost, api_compatible, get_host
+from omni_core.contract.registry import AttentionBackendSpec, PlatformSpec
 
 GOOD_PLUGIN = """
 from omni_core import hookimpl
-from omni_core.registry import AttentionBackendSpec
+from omni_core.contract.registry import AttentionBackendSpec
 
 OMNI_PLUGIN_API = "2.0"
 
 @hookimpl
 def omni_register_attention_backends(register):
     register(AttentionBackendSpec(
-        name="{name}", implementation="omni_core.kernels.sdpa:sdpa", device_types=("cpu",),
+        name="{name}", implementation="omni_core.runtime.kernels.sdpa:sdpa", device_types=("cpu",),
     ))
 """
 
 
 def _backend(name: str, **kw: object) -> AttentionBackendSpec:
     return AttentionBackendSpec(
-        name=name, implementation="omni_core.kernels.sdpa:sdpa", device_types=("cpu",), **kw
+        name=name, implementation="omni_core.runtime.kernels.sdpa:sdpa", device_types=("cpu",), **kw
     )
 
 
@@ -204,7 +204,10 @@ def test_entry_point_plugins_good_broken_and_wrong_api(
     )
     infos = {i.name: i for i in host.infos()}
     assert {name for name, info in infos.items() if not info.builtin} == {
-        "omni-test-good", "omni-test-broken", "omni-test-future", "omni-test-nohooks",
+        "omni-test-good",
+        "omni-test-broken",
+        "omni-test-future",
+        "omni-test-nohooks",
     }
     assert {"omni-attention", "omni-platforms"} <= set(infos)
     good = infos["omni-test-good"]
@@ -278,7 +281,7 @@ def test_discoverable_helper_validates_references(
     registry = assert_plugin_discoverable("omni-test-ok")
     assert registry.attention_backends["ok"].plugin == "omni-test-ok"
     dangling = GOOD_PLUGIN.format(name="dangling").replace(
-        "omni_core.kernels.sdpa:sdpa", "omni_test_missing.kernels:attn"
+        "omni_core.runtime.kernels.sdpa:sdpa", "omni_test_missing.kernels:attn"
     )
     omni_temp_distribution("omni-test-dangling", {"omni_test_dangling.plugin": dangling})
     with pytest.raises(AssertionError, match=r"module 'omni_test_missing\.kernels' does not exist"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from omni_core.errors import RegistrationError
-from omni_core.registry import (
+from omni_core.contract.errors import RegistrationError
+from omni_core.contract.registry import (
     AttentionBackendSpec,
     PipelineSpec,
     PlatformSpec,
@@ -17,7 +17,7 @@ from omni_core.registry import (
 
 def _attention(name: str = "fast", **kw: object) -> AttentionBackendSpec:
     return AttentionBackendSpec(
-        name=name, implementation="omni_core.kernels.sdpa:sdpa", device_types=("cpu",), **kw
+        name=name, implementation="omni_core.runtime.kernels.sdpa:sdpa", device_types=("cpu",), **kw
     )
 
 
@@ -33,7 +33,7 @@ def _attention(name: str = "fast", **kw: object) -> AttentionBackendSpec:
 def test_invalid_spec_fields_are_rejected_naming_the_field(field: str, value: str) -> None:
     kwargs: dict[str, object] = {
         "name": "ok",
-        "implementation": "omni_core.kernels.sdpa:sdpa",
+        "implementation": "omni_core.runtime.kernels.sdpa:sdpa",
         "device_types": ("cpu",),
         field: value,
     }
@@ -47,9 +47,7 @@ def test_specs_are_frozen_and_forbid_unknown_fields() -> None:
     with pytest.raises(ValidationError):
         spec.name = "other"  # type: ignore[misc]
     with pytest.raises(ValidationError, match="device_typo"):
-        AttentionBackendSpec(
-            name="x", implementation="a:b", device_types=("cpu",), device_typo=1
-        )  # type: ignore[call-arg]
+        AttentionBackendSpec(name="x", implementation="a:b", device_types=("cpu",), device_typo=1)  # type: ignore[call-arg]
 
 
 def test_pipeline_spec_needs_a_task_and_knows_its_modality() -> None:
@@ -108,11 +106,11 @@ def test_platform_compatibility_is_sorted_and_load_object_follows_dotted_attrs()
         compatibility={"torch": ">=2.4", "omni-core": ">=0.1,<0.2"},
     )
     assert list(spec.compatibility) == ["omni-core", "torch"]
-    assert load_object("omni_core.registry:Availability.yes")().available is True
+    assert load_object("omni_core.contract.registry:Availability.yes")().available is True
 
 
 def test_denoiser_specs_are_found_by_class_name() -> None:
-    from omni_core.registry import DenoiserSpec
+    from omni_core.contract.registry import DenoiserSpec
 
     registry = Registry()
     with pytest.raises(ValidationError, match="architectures"):
@@ -129,7 +127,7 @@ def test_denoiser_specs_are_found_by_class_name() -> None:
 
 
 def test_benchmark_specs_name_their_pipeline() -> None:
-    from omni_core.registry import BenchmarkSpec
+    from omni_core.contract.registry import BenchmarkSpec
 
     with pytest.raises(ValidationError, match="pipeline"):
         BenchmarkSpec(name="w", implementation="a:b")  # type: ignore[call-arg]

@@ -7,10 +7,10 @@ import os
 import psutil
 import pytest
 
-from omni_core.config import ParallelConfig
-from omni_core.distributed import DistributedError, ParallelLauncher, WorkerDiedError
-from omni_core.distributed.checks import EchoProgram
-from omni_core.errors import InvalidRequestError
+from omni_core.contract.config import ParallelConfig
+from omni_core.contract.errors import InvalidRequestError
+from omni_core.diffusion.distributed import DistributedError, ParallelLauncher, WorkerDiedError
+from omni_core.diffusion.distributed.checks import EchoProgram
 
 
 def _children() -> set[int]:

@@ -7,9 +7,9 @@ import multiprocessing
 
 import pytest
 
-from omni_core.config import ParallelConfig
-from omni_core.distributed import ParallelLayout, checkpoint_num_heads, validate_layout
-from omni_core.errors import ConfigError
+from omni_core.contract.config import ParallelConfig
+from omni_core.contract.errors import ConfigError
+from omni_core.diffusion.distributed import ParallelLayout, checkpoint_num_heads, validate_layout
 
 
 def test_world_size_and_groups_are_cfg_major() -> None:
@@ -61,8 +61,8 @@ def test_valid_layouts_pass() -> None:
 
 
 def test_launcher_refuses_before_spawning(tmp_path) -> None:
-    from omni_core.distributed import ParallelLauncher
-    from omni_core.distributed.checks import EchoProgram
+    from omni_core.diffusion.distributed import ParallelLauncher
+    from omni_core.diffusion.distributed.checks import EchoProgram
 
     before = set(multiprocessing.active_children())
     with pytest.raises(ConfigError, match="only 1 device"):
@@ -83,10 +83,10 @@ def test_ulysses_needs_a_registered_sequence_plan() -> None:
     """A denoiser class no plugin describes is refused by name, before any collective."""
     import torch
 
-    from omni_core.distributed import DistributedError
-    from omni_core.distributed.groups import ParallelState
-    from omni_core.distributed.parallelize import parallelize_denoiser
-    from omni_core.plugins import PluginHost
+    from omni_core.contract.host import PluginHost
+    from omni_core.diffusion.distributed import DistributedError
+    from omni_core.diffusion.distributed.groups import ParallelState
+    from omni_core.diffusion.distributed.parallelize import parallelize_denoiser
 
     class UnknownTransformer(torch.nn.Module):
         def __init__(self) -> None:

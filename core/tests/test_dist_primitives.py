@@ -1,7 +1,7 @@
 """Ulysses attention and cfg-parallel on two gloo CPU processes equal single-process results.
 
 One worker group is spawned for the whole file (spawning costs seconds); every check runs
-inside it (omni_core.distributed.checks.PrimitiveChecks) and reports its largest error.
+inside it (omni_core.diffusion.distributed.checks.PrimitiveChecks) and reports its largest error.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from omni_core.config import ParallelConfig
-from omni_core.distributed import ParallelLauncher
-from omni_core.distributed.checks import PrimitiveChecks
+from omni_core.contract.config import ParallelConfig
+from omni_core.diffusion.distributed import ParallelLauncher
+from omni_core.diffusion.distributed.checks import PrimitiveChecks
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omni_core.config import ParallelConfig
-from omni_core.distributed.pipeline import ParallelPipeline
-from omni_core.pipelines.runtime import run_to_completion
+from omni_core.contract.config import ParallelConfig
+from omni_core.diffusion.distributed.pipeline import ParallelPipeline
+from omni_core.runtime.staged import run_to_completion
 
 omni_qwen_testing = pytest.importorskip("omni_qwen.testing")
 

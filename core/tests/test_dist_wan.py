@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omni_core.config import ParallelConfig
-from omni_core.distributed.pipeline import ParallelPipeline, launch_pipeline
-from omni_core.pipelines.runtime import run_to_completion
+from omni_core.contract.config import ParallelConfig
+from omni_core.diffusion.distributed.pipeline import ParallelPipeline, launch_pipeline
+from omni_core.runtime.staged import run_to_completion
 
 omni_wan_testing = pytest.importorskip("omni_wan.testing")
 
@@ -80,8 +80,8 @@ def test_wan_parallel_matches_single_process(wan, layout, shards) -> None:
 
 
 def test_wan_layout_refused_before_spawning(wan) -> None:
-    from omni_core.config import CacheConfig
-    from omni_core.errors import ConfigError
+    from omni_core.contract.config import CacheConfig
+    from omni_core.contract.errors import ConfigError
 
     path, spec, _, _ = wan
     # the tiny transformer has 2 heads: ulysses_degree=4 cannot split them
@@ -93,5 +93,10 @@ def test_wan_layout_refused_before_spawning(wan) -> None:
     with pytest.raises(ConfigError, match="does not support sequence parallelism"):
         launch_pipeline(path, no_sp, ParallelConfig(ulysses_degree=2), device_count=2)
     with pytest.raises(ConfigError, match="cannot be combined with ulysses_degree=2"):
-        launch_pipeline(path, spec, ParallelConfig(ulysses_degree=2), device_count=2,
-                        cache=CacheConfig(backend="first-block"))
+        launch_pipeline(
+            path,
+            spec,
+            ParallelConfig(ulysses_degree=2),
+            device_count=2,
+            cache=CacheConfig(backend="first-block"),
+        )

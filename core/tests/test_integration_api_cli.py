@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from omni_core.api import Omni, resolve_model_reference
-from omni_core.errors import ConfigError, InvalidRequestError
+from omni_core.contract.errors import ConfigError, InvalidRequestError
 
 
 class _Recorder:
@@ -114,7 +114,7 @@ def test_integration_generate_passes_acceleration_to_omni(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import omni_core.api
-    import omni_core.pipelines.loading as loading
+    import omni_core.runtime.loading as loading
     from omni_core.cli import cli
 
     class _Pipeline:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from omni_core.attention import AttentionRouter
-from omni_core.config import AttentionConfig
-from omni_core.errors import ConfigError
-from omni_core.platforms import CpuPlatform
-from omni_core.plugins import PluginHost
+from omni_core.contract.attention import AttentionRouter
+from omni_core.contract.config import AttentionConfig
+from omni_core.contract.errors import ConfigError
+from omni_core.contract.host import PluginHost
+from omni_core.contract.platforms import CpuPlatform
 
 
 @pytest.mark.parametrize("role", ["self", "cross", "joint"])

@@ -28,10 +28,10 @@ def test_integration_list_plugins_marks_fallback_pipelines() -> None:
 
 
 def test_integration_adapter_hook_module_is_tiny() -> None:
-    """The hook module must not import the pipeline runtime (omni_core.pipelines.base)."""
+    """The hook module must not import the pipeline runtime (omni_core.contract.pipeline)."""
     code = (
         "import sys, omni_core.builtins.diffusers_adapter as m\n"
-        "assert 'omni_core.pipelines.base' not in sys.modules, 'base imported'\n"
+        "assert 'omni_core.contract.pipeline' not in sys.modules, 'base imported'\n"
         "from omni_core.builtins.diffusers_adapter import DiffusersAdapterPipeline\n"
         "print(DiffusersAdapterPipeline.__module__)\n"
     )
@@ -43,4 +43,4 @@ def test_integration_adapter_hook_module_is_tiny() -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "omni_core.pipelines.diffusers_generic"
+    assert result.stdout.strip() == "omni_core.diffusion.generic"

@@ -39,9 +39,9 @@ def test_integration_omni_layers_never_import_torchao() -> None:
 
     code = (
         "import sys\n"
-        "from omni_core.plugins import get_registry\n"
-        "from omni_core.registry import load_object\n"
-        "import omni_core.acceleration, omni_core.api, omni_core.serving\n"
+        "from omni_core.contract.host import get_registry\n"
+        "from omni_core.contract.registry import load_object\n"
+        "import omni_core.diffusion.acceleration, omni_core.api, omni_core.serving\n"
         "from omni_core.serving import ServerConfig, create_app\n"
         "create_app(ServerConfig(models=[{'id': 'm', 'path': 'm'}], warmup=False))\n"
         "for spec in get_registry().quantizers.values():\n"

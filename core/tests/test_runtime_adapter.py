@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core.errors import InvalidRequestError, ModelNotFoundError
+from omni_core.contract.errors import InvalidRequestError, ModelNotFoundError
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_runtime_adapter_refuses_unknown_classes(tmp_path: Path) -> None:
 def test_runtime_adapter_precheck_needs_no_weights(ddpm: Path) -> None:
     """The CLI's check before loading: from the class's __call__ signature alone."""
     from omni_core.builtins.diffusers_adapter import DiffusersAdapterPipeline
-    from omni_core.pipelines.base import GenerationRequest
+    from omni_core.contract.types import GenerationRequest
 
     ok = DiffusersAdapterPipeline.precheck(ddpm, GenerationRequest(extras={"batch_size": 1}))
     assert ok.extras == {"batch_size": 1}

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import torch
 
-from omni_core.attention import AttentionRouter, use_router
-from omni_core.kernels.sdpa import sdpa
-from omni_core.pipelines.diffusers_attention import route_attention, unroute_attention
+from omni_core.contract.attention import AttentionRouter, use_router
+from omni_core.diffusion.attention_routing import route_attention, unroute_attention
+from omni_core.runtime.kernels.sdpa import sdpa
 
 
 def _spy_router(calls: list[tuple[str, tuple[int, ...]]]) -> AttentionRouter:

@@ -8,14 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from omni_core.pipelines.base import (
-    DenoiseState,
-    GenerationRequest,
-    GenerationResult,
-    PipelineOptions,
-    StagedPipeline,
-)
-from omni_core.pipelines.runtime import Cancelled, run_to_completion
+from omni_core.contract.pipeline import DenoiseState, PipelineOptions, StagedPipeline
+from omni_core.contract.types import GenerationRequest, GenerationResult
+from omni_core.runtime.staged import Cancelled, run_to_completion
 
 
 class Counter(StagedPipeline):
@@ -76,15 +71,13 @@ def test_runtime_progress_and_cancellation() -> None:
     assert seen == [("r1", 1, 3), ("r1", 2, 3), ("r1", 3, 3)]
 
     with pytest.raises(Cancelled, match="r1"):
-        run_to_completion(
-            pipe, [request], should_cancel=lambda rid: len(pipe.batches) >= 4
-        )
+        run_to_completion(pipe, [request], should_cancel=lambda rid: len(pipe.batches) >= 4)
     assert len(pipe.batches) == 4  # stopped right after the step that asked
 
 
 def test_runtime_unknown_checkpoint_lists_installed_pipelines(tmp_path: Path) -> None:
     from omni_core import Omni
-    from omni_core.errors import ModelNotFoundError
+    from omni_core.contract.errors import ModelNotFoundError
 
     (tmp_path / "config.json").write_text('{"architectures": ["NoSuchModelForThings"]}')
     with pytest.raises(ModelNotFoundError, match="no installed pipeline serves NoSuchModel") as e:
@@ -98,7 +91,7 @@ def test_runtime_unknown_checkpoint_lists_installed_pipelines(tmp_path: Path) ->
 
 def test_runtime_request_rejects_bad_fields() -> None:
     from omni_core.api import Omni
-    from omni_core.errors import InvalidRequestError
+    from omni_core.contract.errors import InvalidRequestError
 
     omni = Omni.__new__(Omni)
     omni.pipeline = Counter()
@@ -107,5 +100,3 @@ def test_runtime_request_rejects_bad_fields() -> None:
     assert e.value.param == "num_inference_steps"
     with pytest.raises(InvalidRequestError, match=r"extras\.foo"):
         omni.request("a", foo=1)  # Counter takes no extras
-
-

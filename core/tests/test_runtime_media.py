@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omni_core.errors import InvalidRequestError
-from omni_core.media import (
+from omni_core.contract.errors import InvalidRequestError
+from omni_core.media.visual import (
     decode_mp4,
     encode_image,
     encode_mp4,

@@ -1,4 +1,4 @@
-"""The one request path (omni_core.requests): shared fields from the schema, one validate,
+"""The one request path (omni_core.contract.requests): shared fields from the schema, one validate,
 seconds at the pipeline's fps, operator limits, and the same rules for Omni.request."""
 
 from __future__ import annotations
@@ -10,15 +10,9 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from omni_core.api import Omni
-from omni_core.errors import InvalidRequestError
-from omni_core.pipelines.base import (
-    DenoiseState,
-    GenerationRequest,
-    GenerationResult,
-    PipelineOptions,
-    StagedPipeline,
-)
-from omni_core.requests import (
+from omni_core.contract.errors import InvalidRequestError
+from omni_core.contract.pipeline import DenoiseState, PipelineOptions, StagedPipeline
+from omni_core.contract.requests import (
     SHARED_FIELDS,
     RequestLimits,
     build_request,
@@ -26,6 +20,7 @@ from omni_core.requests import (
     make_request,
     split_keywords,
 )
+from omni_core.contract.types import GenerationRequest, GenerationResult
 
 
 class _Extras(BaseModel):

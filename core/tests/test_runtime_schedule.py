@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from omni_core.errors import ConfigError
-from omni_core.pipelines.schedule import ScheduleTable
+from omni_core.contract.errors import ConfigError
+from omni_core.diffusion.schedule import ScheduleTable
 
 
 def _schedulers() -> list:

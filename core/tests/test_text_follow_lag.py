@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from omni_core import ReplyBuffer, TokenOutput
+from omni_core.chat import ReplyBuffer, TokenOutput
 
 
 def _out(token: int, stop: bool, value: float, lag: int) -> TokenOutput:

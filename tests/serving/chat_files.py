@@ -12,7 +12,7 @@ import numpy as np
 
 
 def wav_bytes(seconds: float, rate: int = 16000) -> bytes:
-    from omni_core import audio
+    from omni_core.media import audio
 
     t = np.arange(int(seconds * rate)) / rate
     return audio.encode_audio((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), rate, "wav")

@@ -51,9 +51,9 @@ def _build(
     """Build with the plugin's own builder; usable only if an installed pipeline claims it."""
     import importlib
 
-    from omni_core.errors import ModelNotFoundError
-    from omni_core.pipelines.loading import find_pipeline
-    from omni_core.plugins import get_registry
+    from omni_core.contract.errors import ModelNotFoundError
+    from omni_core.contract.host import get_registry
+    from omni_core.runtime.loading import find_pipeline
 
     try:
         build = getattr(importlib.import_module(module), builder)

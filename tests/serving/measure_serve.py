@@ -32,7 +32,7 @@ def _median_ms(values: list[float]) -> float:
 
 
 def overhead(live: Any, model: str, body: dict[str, Any], path: str, n: int) -> dict[str, Any]:
-    from omni_core.engine import run_direct
+    from omni_core.runtime.staged import run_direct
 
     served = live.state.models[model]
     kwargs = dict(body)
@@ -74,7 +74,7 @@ def throughput(
     prompts: int,
     extra: dict[str, Any],
 ) -> dict[str, Any]:
-    from omni_core.serving.bench import BenchConfig, BenchRunner
+    from omni_core.bench.serve import BenchConfig, BenchRunner
 
     config = harness.server_config(
         ckpts, state, max_batch=max_batch, max_queue=256, max_pixels=None, max_steps=None

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from omni_core import ChatMessage
+from omni_core.chat import ChatMessage
 
 from .chat_files import data_url, error_of, mp4_bytes, png_bytes, sse_events, wav_bytes
 from .conftest import free_port
@@ -118,7 +118,7 @@ def test_text_stream_deltas_concatenate(chat_server, chat_client, chat_http) -> 
 
 @pytest.mark.parametrize("fmt", ["wav", "mp3", "flac", "pcm16"])
 def test_spoken_answer_formats(acme_chat, chat_server, chat_client, fmt) -> None:
-    from omni_core import audio as codecs
+    from omni_core.media import audio as codecs
 
     messages = [ChatMessage.text("user", "say something")]
     text, _, audio = _expected(acme_chat, chat_server, "acme-omni", messages, 8, voice="bob")
@@ -146,7 +146,7 @@ def test_spoken_answer_formats(acme_chat, chat_server, chat_client, fmt) -> None
 
 @pytest.mark.parametrize("fmt", ["pcm16", "wav", "mp3"])
 def test_spoken_stream_openai_client(chat_server, chat_client, fmt) -> None:
-    from omni_core import audio as codecs
+    from omni_core.media import audio as codecs
 
     body = {
         "model": "acme-omni",

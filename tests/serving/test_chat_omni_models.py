@@ -23,7 +23,7 @@ def _voice(chat_server: Any, model: str) -> str:
 
 @pytest.mark.parametrize("model", OMNI_MODELS)
 def test_omni_model_answers_text_and_speech(chat_server, chat_client, chat_http, model) -> None:
-    from omni_core import audio as codecs
+    from omni_core.media import audio as codecs
 
     chat_server.need(model)
     voice = _voice(chat_server, model)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from omni_core import ChatMessage
+from omni_core.chat import ChatMessage
 
 from .chat_files import sse_events
 
@@ -29,7 +29,7 @@ def _expected(acme_chat: Any, chat_server: Any) -> tuple[str, np.ndarray]:
 
 
 def _wav(data: str) -> np.ndarray:
-    from omni_core import audio as codecs
+    from omni_core.media import audio as codecs
 
     samples, _ = codecs.decode_audio(base64.b64decode(data), "wav")
     return samples

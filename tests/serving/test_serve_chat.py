@@ -201,7 +201,7 @@ def test_chat_refuses_non_image_models_and_foreign_urls(live_server, http) -> No
 def test_bench_serve_drives_chat(live_server, task, model) -> None:
     import asyncio
 
-    from omni_core.serving.bench import BenchConfig, BenchRunner
+    from omni_core.bench.serve import BenchConfig, BenchRunner
 
     live_server.need(model)
     config = BenchConfig(

@@ -163,7 +163,7 @@ def test_serve_cli_refuses_a_loading_option_no_pipeline_reads(checkpoints) -> No
 def test_omni_refuses_unknown_loading_options_before_loading(checkpoints) -> None:
     from omni_core import ConfigError, Omni
     from omni_core.api import check_load_options
-    from omni_core.plugins import get_registry
+    from omni_core.contract.host import get_registry
 
     assert "qwen" in checkpoints.paths, checkpoints.missing
     spec = get_registry().pipelines["qwen-image"]

@@ -13,12 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from omni_core.engine import (
-    Engine,
-    Job,
-    RequestCancelledError,
-    RequestTimeoutError,
-)
+from omni_core.contract.errors import RequestCancelledError, RequestTimeoutError
+from omni_core.runtime.engine import Engine
+from omni_core.runtime.jobs import Job
 
 
 def test_serve_64_requests_at_concurrency_16_complete_or_429(live_server) -> None:
@@ -165,7 +162,7 @@ def test_serve_engine_cancel_timeout_and_back_pressure(omni_models) -> None:
             engine.submit(Job(omni.request("q", num_inference_steps=2, width=32, height=32)))
             for _ in range(2)
         ]
-        from omni_core.engine import QueueFullError
+        from omni_core.contract.errors import QueueFullError
 
         with pytest.raises(QueueFullError) as info:
             engine.submit(Job(omni.request("overflow", width=32, height=32)))

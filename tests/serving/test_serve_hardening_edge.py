@@ -439,8 +439,8 @@ def test_serve_cost_budget_is_checked_at_admission(side) -> None:
 
 
 def test_serve_default_cost_budget_passes_standard_requests() -> None:
-    from omni_core.pipelines.base import GenerationRequest
-    from omni_core.requests import request_cost
+    from omni_core.contract.requests import request_cost
+    from omni_core.contract.types import GenerationRequest
     from omni_core.serving.config import DEFAULT_MAX_COST
 
     def cost(w: int, h: int, frames: int | None, steps: int, n: int = 1) -> int:

@@ -110,9 +110,7 @@ def test_serve_edits_refuse_file_parts_they_do_not_read(live_server, http, opena
     as_text = http.post("/v1/images/edits", data={**fields, "image": "http://example.com/a.png"})
     assert as_text.status_code == 400 and as_text.json()["error"]["param"] == "image"
     # What the route does read still works: image and image[] (the openai client's names).
-    ok = http.post(
-        "/v1/images/edits", data=fields, files=[("image[]", image), ("image[]", image)]
-    )
+    ok = http.post("/v1/images/edits", data=fields, files=[("image[]", image), ("image[]", image)])
     assert ok.status_code == 200, ok.text
     import openai
 
@@ -124,7 +122,8 @@ def test_serve_edits_refuse_file_parts_they_do_not_read(live_server, http, opena
 
 
 def test_serve_builds_requests_without_omni_request(live_server, http, monkeypatch) -> None:
-    """The server builds each request once through omni_core.requests: ``Omni.request`` is not
+    """The server builds each request once through omni_core.contract.requests: ``Omni.request`` is
+    not
     on its path, and the pipeline's validate runs exactly once before the operator limits."""
     live_server.need("qwen")
     from omni_core.api import Omni

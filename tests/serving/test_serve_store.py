@@ -184,7 +184,7 @@ def test_serve_store_postgres_servers_starting_together_migrate_once(fresh_datab
 
 
 def test_serve_store_urls_say_what_is_wrong(tmp_path: Path) -> None:
-    from omni_core.errors import ConfigError
+    from omni_core.contract.errors import ConfigError
     from omni_core.serving.stores.postgres import StoreUnavailableError
 
     with pytest.raises(ConfigError, match="--job-store: unknown store 'mysql'"):

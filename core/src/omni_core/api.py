@@ -2,7 +2,7 @@
 
 ``omni generate``, ``omni serve`` and the server load models through :class:`Omni` (and find
 them with :func:`locate_model` before loading, to fail fast); requests are built by
-:mod:`omni_core.requests`, the one request path of the Python API, the CLI and the server.
+:mod:`omni_core.contract.requests`, the one request path of the Python API, the CLI and the server.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omni_core import chat_api
-from omni_core.config import (
+from omni_core.contract.config import (
     AttentionConfig,
     CacheConfig,
     ParallelConfig,
@@ -22,25 +21,28 @@ from omni_core.config import (
     as_lora_config,
     as_memory_config,
 )
-from omni_core.dtypes import parse_dtype
-from omni_core.errors import ConfigError, InvalidRequestError
-from omni_core.pipelines.base import (
-    AudioChunk,
-    GenerationRequest,
-    GenerationResult,
+from omni_core.contract.dtypes import parse_dtype
+from omni_core.contract.errors import ConfigError, InvalidRequestError
+from omni_core.contract.pipeline import (
     Pipeline,
     PipelineOptions,
-    SpeechPipeline,
     StagedPipeline,
+    StreamedPipeline,
 )
-from omni_core.pipelines.runtime import ProgressFn
-from omni_core.requests import build_request, split_keywords
+from omni_core.contract.requests import build_request, split_keywords
+from omni_core.contract.types import AudioChunk, GenerationRequest, GenerationResult
+from omni_core.runtime.staged import ProgressFn
+from omni_core.speech.pipeline import SpeechPipeline
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
     import torch
 
-    from omni_core.platforms import Platform
-    from omni_core.registry import PipelineSpec, Registry
+    from omni_core.chat.api import MessageLike
+    from omni_core.contract.messages import ChatDelta
+    from omni_core.contract.platforms import Platform
+    from omni_core.contract.registry import PipelineSpec, Registry
 
 
 def _as_config(value: Any, model: type, field: str) -> Any:
@@ -65,7 +67,7 @@ def resolve_model_reference(
     """``(model, extra Omni keywords)`` after speech pipelines had a chance to claim ``model``.
 
     References without a checkpoint config (the ``piper`` alias, a Piper voice folder or
-    ``.onnx`` file) are mapped by :func:`omni_core.audio.resolve_speech_model` to a folder plus
+    ``.onnx`` file) are mapped by :func:`omni_core.media.resolve_speech_model` to a folder plus
     ``pipeline=``/``default_voice=``. That lookup imports the speech pipeline classes, so it only
     runs when it can matter: no pipeline chosen, and ``model`` is either a registered speech
     pipeline's name (``piper``, ``piper:default``) or a local path without ``model_index.json`` /
@@ -80,13 +82,13 @@ def resolve_model_reference(
             return model, {}
     elif not path.is_file():
         if registry is None:
-            from omni_core.plugins import get_registry
+            from omni_core.contract.host import get_registry
 
             registry = get_registry()
         speech = {s.name for s in registry.pipelines.values() if s.modality == "speech"}
         if ref.split(":", 1)[0] not in speech:
             return model, {}
-    from omni_core.audio import resolve_speech_model
+    from omni_core.speech.lookup import resolve_speech_model
 
     resolved, kwargs = resolve_speech_model(ref, registry)
     return (resolved if kwargs else model), kwargs
@@ -114,10 +116,10 @@ def locate_model(
     :class:`Omni` loads what this finds; ``omni serve`` and ``omni generate`` call it first so
     a wrong model fails in a second, before a port is bound or weights are read.
     """
-    from omni_core.pipelines.loading import find_pipeline, resolve_model_path
+    from omni_core.runtime.loading import find_pipeline, resolve_model_path
 
     if registry is None:
-        from omni_core.plugins import get_registry
+        from omni_core.contract.host import get_registry
 
         registry = get_registry()
     ref, claimed = resolve_model_reference(model, pipeline, registry)
@@ -134,7 +136,7 @@ def check_load_options(spec: PipelineSpec, options: Mapping[str, Any]) -> None:
     """
     import difflib
 
-    from omni_core.acceleration import LOAD_OPTIONS as ACCELERATION_OPTIONS
+    from omni_core.diffusion.acceleration import LOAD_OPTIONS as ACCELERATION_OPTIONS
 
     known = {**ACCELERATION_OPTIONS, **spec.load().load_options}
     unknown = sorted(k for k in options if k not in known)
@@ -216,10 +218,10 @@ class Omni:
         vae_tiling: str | bool | None = None,
         **options: Any,
     ) -> None:
-        from omni_core.acceleration.offload import check_memory_taken, resolve_memory
-        from omni_core.attention import AttentionRouter
-        from omni_core.platforms import current_platform
-        from omni_core.plugins import get_registry
+        from omni_core.contract.attention import AttentionRouter
+        from omni_core.contract.host import get_registry
+        from omni_core.contract.platforms import current_platform
+        from omni_core.diffusion.acceleration.offload import check_memory_taken, resolve_memory
 
         registry = get_registry()
         platform = current_platform()
@@ -255,13 +257,13 @@ class Omni:
         if parallel.cfg_parallel_size * parallel.ulysses_degree > 1:
             check_memory_taken(None, self.options)  # not in a parallel layout yet
             # One worker process per device runs the pipeline in lock-step; this process
-            # drives it through the same staged protocol (omni_core.distributed).
+            # drives it through the same staged protocol (omni_core.diffusion.distributed).
             if device:
                 raise ConfigError(
                     "device: cannot be combined with cfg_parallel_size/ulysses_degree "
                     "(rank r uses the platform's device r)"
                 )
-            from omni_core.distributed.pipeline import ParallelPipeline
+            from omni_core.diffusion.distributed.pipeline import ParallelPipeline
 
             self.pipeline: Pipeline = ParallelPipeline.launch(
                 self.path,
@@ -290,7 +292,23 @@ class Omni:
         """Stop parallel workers, if any (idempotent; a local pipeline needs nothing)."""
         self.pipeline.close()
 
-    chat, chat_stream = chat_api.chat, chat_api.chat_stream  # conversations: chat models
+    def chat(self, messages: str | Sequence[MessageLike], **kwargs: Any) -> GenerationResult:
+        """Chat models: the whole answer to ``messages`` (:func:`omni_core.chat.api.chat`):
+        ``text``, ``audio`` (with ``modalities=["text", "audio"]``), ``info["usage"]``."""
+        from omni_core.chat.api import chat
+
+        result = chat(self.pipeline, messages, **kwargs)
+        result.timings["load_s"] = self.load_s
+        return result
+
+    def chat_stream(
+        self, messages: str | Sequence[MessageLike], **kwargs: Any
+    ) -> Iterator[ChatDelta]:
+        """Chat models: the answer's deltas as they are made
+        (:func:`omni_core.chat.api.chat_stream`)."""
+        from omni_core.chat.api import chat_stream
+
+        return chat_stream(self.pipeline, messages, **kwargs)
 
     def __enter__(self) -> Omni:
         return self
@@ -323,7 +341,7 @@ class Omni:
 
         ``progress(request_id, done, total)`` is called after every denoising step;
         ``should_cancel(request_id)`` is asked between steps (raise-free cancellation:
-        :class:`~omni_core.pipelines.runtime.Cancelled` is raised out of this call).
+        :class:`~omni_core.runtime.staged.Cancelled` is raised out of this call).
         """
         request = self.request(prompt, **kwargs)
         (result,) = self.run([request], progress=progress, should_cancel=should_cancel)
@@ -348,19 +366,19 @@ class Omni:
         should_cancel: Callable[[str], bool] | None = None,
     ) -> list[GenerationResult]:
         """Run already validated requests (see :meth:`request`) with timings and peak memory."""
-        from omni_core.pipelines.runtime import run_to_completion
+        from omni_core.runtime.staged import run_to_completion
 
         platform = self.options.platform
         platform.reset_peak_memory(self.options.device)
         t0 = time.perf_counter()
-        if isinstance(self.pipeline, SpeechPipeline):
-            results = [_collect_speech(self.pipeline, r) for r in requests]
+        if isinstance(self.pipeline, StreamedPipeline):
+            results = [self.pipeline.collect(r) for r in requests]
         elif isinstance(self.pipeline, StagedPipeline):
             results = run_to_completion(
                 self.pipeline, requests, progress=progress, should_cancel=should_cancel
             )
         else:  # pragma: no cover - a pipeline of an unknown kind
-            raise TypeError(f"{type(self.pipeline).__name__} is neither staged nor speech")
+            raise TypeError(f"{type(self.pipeline).__name__} is neither staged nor streamed")
         total = time.perf_counter() - t0
         peak = platform.memory_stats(self.options.device).get("peak_allocated_bytes")
         for result in results:
@@ -375,12 +393,3 @@ class Omni:
         if not isinstance(self.pipeline, SpeechPipeline):
             raise InvalidRequestError(f"{self.spec.name} does not produce speech", param="model")
         return self.pipeline.stream(self.request(prompt, **kwargs))
-
-
-def _collect_speech(pipeline: SpeechPipeline, request: GenerationRequest) -> GenerationResult:
-    from omni_core.engine.collect import SpeechCollector
-
-    collector = SpeechCollector()
-    for chunk in pipeline.stream(request):
-        collector.add(chunk)
-    return collector.result()

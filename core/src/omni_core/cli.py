@@ -2,7 +2,7 @@
 
 Commands live in :mod:`omni_core.commands` and are imported only when invoked, so ``omni --help``
 and ``omni list-plugins`` never import torch. Plugins add commands through the
-``omni_register_commands`` hook. An :class:`~omni_core.errors.OmniError` becomes a one-line
+``omni_register_commands`` hook. An :class:`~omni_core.contract.errors.OmniError` becomes a one-line
 message and a non-zero exit code, never a traceback.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from omni_core import __version__
-from omni_core.errors import OmniError
+from omni_core.contract.errors import OmniError
 
 
 class LazyGroup(click.Group):
@@ -84,7 +84,7 @@ class OmniCLI(LazyGroup):
     def _add_plugin_commands(self) -> None:
         if not OmniCLI._plugins_added:
             OmniCLI._plugins_added = True
-            from omni_core.plugins import get_host
+            from omni_core.contract.host import get_host
 
             get_host().add_commands(self)
 

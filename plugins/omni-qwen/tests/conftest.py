@@ -24,8 +24,8 @@ def qwen_pipelines(qwen_checkpoints: dict[str, Path]) -> dict[str, Any]:
     """Our pipelines, float32 on CPU, keyed by variant."""
     import torch
 
-    from omni_core.pipelines.base import PipelineOptions
-    from omni_core.platforms import current_platform
+    from omni_core.contract.pipeline import PipelineOptions
+    from omni_core.contract.platforms import current_platform
     from omni_qwen import pipelines
 
     torch.set_num_threads(2)
@@ -123,7 +123,8 @@ class _EmulatedGraph:
 
 @pytest.fixture
 def emulate_capture() -> Any:
-    """``emulate_capture(runner)`` makes an ``omni_core.GraphRunner`` take its capture path on
+    """``emulate_capture(runner)`` makes an ``omni_core.runtime.GraphRunner`` take its capture path
+    on
     CPU: warm-up calls (their side effects included), a stored step whose outputs a replay
     overwrites, clones handed out."""
 

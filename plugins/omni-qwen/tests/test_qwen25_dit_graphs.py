@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from omni_core import ChatMessage, ConfigError, Omni
+from omni_core import ConfigError, Omni
+from omni_core.chat import ChatMessage
 
 FIELDS = {"max_tokens": 10, "temperature": 0, "modalities": ("text", "audio"), "seed": 0}
 LOAD = {"talker_max_frames": 30, "talker_sample": "off", "audio_chunk_frames": 6}
@@ -35,7 +36,7 @@ def _answer(omni: Omni) -> np.ndarray:
 def test_graphed_dit_audio_equals_the_eager_forward(checkpoint: Any, emulate_capture: Any) -> None:
     eager = _answer(Omni(checkpoint, device="cpu", cuda_graphs="off", **LOAD))
     omni = Omni(checkpoint, device="cpu", **LOAD)
-    codec = omni.pipeline.shared_runtime().talker.stages.codec
+    codec = omni.pipeline.shared_runtime().speech_chain.stages.codec
     emulate_capture(codec.graphs.runner)
     dit = codec.token2wav.code2wav_dit_model
     assert "forward" not in vars(dit)
@@ -54,7 +55,7 @@ def test_graphed_dit_keeps_the_shapes_used_last(checkpoint: Any, emulate_capture
     when it comes back): the audio is still the eager forward's, and one graph is kept."""
     eager = _answer(Omni(checkpoint, device="cpu", cuda_graphs="off", **LOAD))
     omni = Omni(checkpoint, device="cpu", **LOAD)
-    codec = omni.pipeline.shared_runtime().talker.stages.codec
+    codec = omni.pipeline.shared_runtime().speech_chain.stages.codec
     emulate_capture(codec.graphs.runner)
     codec.graphs.MAX_GRAPHS = 1
     np.testing.assert_array_equal(_answer(omni), eager)

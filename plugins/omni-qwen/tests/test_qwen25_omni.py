@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core import ChatMessage, ChatPart, InvalidRequestError, Omni
+from omni_core import InvalidRequestError, Omni
+from omni_core.chat import ChatMessage, ChatPart
 
 TALKER_FRAMES = 24
 #: Whole-answer audio vs transformers (same codes, same DiT noise, float32 on CPU), relative
@@ -205,7 +206,7 @@ def test_loaded_without_talker_answers_text_only(omni: Omni, checkpoint: Any) ->
     assert pipeline.output_modalities == ("text",)
     assert pipeline.voices() == []
     assert not hasattr(pipeline.model, "talker")
-    with pytest.raises(InvalidRequestError, match="loaded without its talker"):
+    with pytest.raises(InvalidRequestError, match="loaded without its speech chain"):
         pipeline.validate(
             text_only.request(messages=_messages("text"), modalities=("text", "audio"))
         )

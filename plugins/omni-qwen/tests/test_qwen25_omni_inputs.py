@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omni_core import ChatMessage, ChatPart, ConfigError
+from omni_core import ConfigError
+from omni_core.chat import ChatMessage, ChatPart
 
 
 def _image():

@@ -20,15 +20,16 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from omni_core import ChatMessage, ChatPart, GenerationRequest, InvalidRequestError  # noqa: E402
+from omni_core import GenerationRequest, InvalidRequestError  # noqa: E402
+from omni_core.chat import ChatMessage, ChatPart  # noqa: E402
 
 #: Audio within this of transformers' (float32 on CPU: the same ops in another order).
 AUDIO_ATOL = 1e-4
 
 
 def _options(**extra: Any) -> Any:
-    from omni_core.pipelines.base import PipelineOptions
-    from omni_core.platforms import current_platform
+    from omni_core.contract.pipeline import PipelineOptions
+    from omni_core.contract.platforms import current_platform
 
     return PipelineOptions(
         device=torch.device("cpu"), dtype=torch.float32, platform=current_platform(), extra=extra
@@ -250,7 +251,7 @@ def test_text_only_loading(checkpoint: Path, pipe: Any) -> None:
     assert not hasattr(text_only.model, "talker") and not hasattr(text_only.model, "code2wav")
     assert text_only.output_modalities == ("text",)
     assert text_only.voices() == []
-    with pytest.raises(InvalidRequestError, match="without its talker"):
+    with pytest.raises(InvalidRequestError, match="without its speech chain"):
         _request(text_only, CONVERSATIONS["text"], audio=True)
     _, ids, _ = _answer(text_only.open(_request(text_only, CONVERSATIONS["text"], audio=False)))
     _, full_ids, _ = _answer(pipe.open(_request(pipe, CONVERSATIONS["text"], audio=False)))

@@ -87,7 +87,7 @@ def expected(checkpoint: Path) -> tuple[str, np.ndarray]:
     """transformers' answer and speech for :data:`MESSAGES` (greedy, talker greedy)."""
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
-    from omni_core import ChatMessage
+    from omni_core.chat import ChatMessage
     from omni_qwen.omni.qwen3_prompt import encode, load_processor
 
     processor, videos = load_processor(checkpoint)

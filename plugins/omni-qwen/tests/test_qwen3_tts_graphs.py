@@ -144,7 +144,7 @@ def test_cuda_graphs_option_is_checked_and_defaults_to_eager_off_cuda(checkpoint
 def test_static_path_crosses_key_buckets(checkpoint, eager, monkeypatch) -> None:
     """Rows grow across key buckets (here 32 -> 64 -> 128 keys) while a short one leaves: the
     steps are rebuilt at each width; codes still equal the eager stages'."""
-    from omni_core import bucket_for
+    from omni_core.runtime import bucket_for
     from omni_qwen.tts import graphs
 
     monkeypatch.setattr(graphs, "key_bucket", lambda n: bucket_for(n, (32,)))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from omni_core import Omni
-from omni_core.errors import ConfigError, InvalidRequestError
+from omni_core.contract.errors import ConfigError, InvalidRequestError
 
 KW = {"prompt": "a red cat on a mat", "height": 64, "width": 96, "num_inference_steps": 3}
 CFG = {"negative_prompt": " ", "guidance_scale": 4.0}
@@ -186,8 +186,8 @@ def test_block_offload_is_bit_identical_and_streams_blocks(qwen_checkpoints, lor
 
 
 def test_max_gpu_memory_picks_the_offload_mode(qwen_checkpoints) -> None:
-    from omni_core.acceleration.offload import component_bytes, plan_offload
-    from omni_core.config import MemoryConfig
+    from omni_core.contract.config import MemoryConfig
+    from omni_core.diffusion.acceleration.offload import component_bytes, plan_offload
 
     path = qwen_checkpoints["t2i"]
     parts = ["transformer", "text_encoder", "vae"]
@@ -211,7 +211,7 @@ def test_vae_tiling_auto_tiles_when_the_decode_would_not_fit(qwen_checkpoints) -
     decode, equal to diffusers' tiled decode; one that cannot tell (the CPU) never tiles."""
     import diffusers
 
-    from omni_core.acceleration.vae_tiling import tile_kwargs
+    from omni_core.diffusion.acceleration.vae_tiling import tile_kwargs
 
     path = qwen_checkpoints["t2i"]
     omni = Omni(path, offload={"vae_tile": 64})
@@ -267,7 +267,7 @@ def test_edit_encode_and_decode_tiled_match_diffusers_tiled(qwen_checkpoints, qw
     enable_tiling does for QwenImageEditPipeline."""
     import diffusers
 
-    from omni_core.acceleration.vae_tiling import tile_kwargs
+    from omni_core.diffusion.acceleration.vae_tiling import tile_kwargs
     from omni_qwen.compat import load_vl_processor
 
     path = qwen_checkpoints["edit"]

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from omni_core.errors import InvalidRequestError
-from omni_core.pipelines.base import GenerationRequest
-from omni_core.pipelines.runtime import run_to_completion
+from omni_core.contract.errors import InvalidRequestError
+from omni_core.contract.types import GenerationRequest
+from omni_core.runtime.staged import run_to_completion
 
 SIZE = {"height": 64, "width": 96}
 STEPS = 3
@@ -145,10 +145,20 @@ def test_batched_equals_unbatched_t2i(qwen_pipelines) -> None:
     pipe = qwen_pipelines["t2i"]
     specs = [
         {"prompt": "a red cat", "negative_prompt": " ", "guidance_scale": 4.0, "seed": 1},
-        {"prompt": "a green frog on a leaf", "negative_prompt": "blurry", "guidance_scale": 2.0,
-         "seed": 2, "num_outputs": 2},
-        {"prompt": "a dog", "negative_prompt": " ", "guidance_scale": 6.0, "seed": 3,
-         "num_inference_steps": 2},
+        {
+            "prompt": "a green frog on a leaf",
+            "negative_prompt": "blurry",
+            "guidance_scale": 2.0,
+            "seed": 2,
+            "num_outputs": 2,
+        },
+        {
+            "prompt": "a dog",
+            "negative_prompt": " ",
+            "guidance_scale": 6.0,
+            "seed": 3,
+            "num_inference_steps": 2,
+        },
     ]
     requests = [
         pipe.validate(GenerationRequest(**{**SIZE, "num_inference_steps": STEPS, **s}))
@@ -202,8 +212,13 @@ def test_different_sizes_do_not_share_a_step(qwen_pipelines) -> None:
 
 def test_prompt_cache_skips_the_text_encoder(qwen_pipelines) -> None:
     pipe = qwen_pipelines["t2i"]
-    kwargs = {"prompt": "a unique prompt for the cache test", "negative_prompt": "cache neg",
-              "guidance_scale": 4.0, "num_inference_steps": 2, "seed": 0}
+    kwargs = {
+        "prompt": "a unique prompt for the cache test",
+        "negative_prompt": "cache neg",
+        "guidance_scale": 4.0,
+        "num_inference_steps": 2,
+        "seed": 0,
+    }
     with CountCalls(pipe.text_encoder) as calls:
         first = _ours(pipe, **kwargs)
         assert calls.count == 2  # prompt and negative prompt
@@ -257,12 +272,27 @@ def test_unreadable_image_is_refused(qwen_pipelines, qwen_checkpoints, tmp_path)
 
 
 def test_too_many_images_are_refused(qwen_pipelines, qwen_checkpoints, qwen_images) -> None:
-    _bad(qwen_pipelines["edit"], qwen_checkpoints["edit"], "at most 1 input image",
-         prompt="x", images=qwen_images[:2])
-    _bad(qwen_pipelines["edit-plus"], qwen_checkpoints["edit-plus"], "at most 3 input images",
-         prompt="x", images=[*qwen_images, qwen_images[0]])
-    _bad(qwen_pipelines["t2i"], qwen_checkpoints["t2i"], "text-to-image",
-         prompt="x", images=qwen_images[:1])
+    _bad(
+        qwen_pipelines["edit"],
+        qwen_checkpoints["edit"],
+        "at most 1 input image",
+        prompt="x",
+        images=qwen_images[:2],
+    )
+    _bad(
+        qwen_pipelines["edit-plus"],
+        qwen_checkpoints["edit-plus"],
+        "at most 3 input images",
+        prompt="x",
+        images=[*qwen_images, qwen_images[0]],
+    )
+    _bad(
+        qwen_pipelines["t2i"],
+        qwen_checkpoints["t2i"],
+        "text-to-image",
+        prompt="x",
+        images=qwen_images[:1],
+    )
 
 
 def test_sizes_the_model_cannot_make_are_refused(qwen_pipelines, qwen_checkpoints) -> None:
@@ -281,7 +311,7 @@ def test_sizes_the_model_cannot_make_are_refused(qwen_pipelines, qwen_checkpoint
 
 def test_registered_and_served_through_omni(qwen_checkpoints) -> None:
     from omni_core.api import Omni
-    from omni_core.plugins import get_registry
+    from omni_core.contract.host import get_registry
 
     specs = get_registry().pipelines
     assert specs["qwen-image"].architectures == ("QwenImagePipeline",)
@@ -309,8 +339,8 @@ def test_bf16_rounding_matches_diffusers(qwen_checkpoints) -> None:
     import diffusers
     import torch
 
-    from omni_core.pipelines.base import PipelineOptions
-    from omni_core.platforms import current_platform
+    from omni_core.contract.pipeline import PipelineOptions
+    from omni_core.contract.platforms import current_platform
     from omni_qwen.pipelines import QwenImagePipeline
 
     path = qwen_checkpoints["t2i"]
@@ -322,14 +352,26 @@ def test_bf16_rounding_matches_diffusers(qwen_checkpoints) -> None:
     ours = QwenImagePipeline.from_pretrained(path, options)
     kwargs = {"height": 64, "width": 96, "num_inference_steps": 3}
     expected = reference(
-        "a red cat", negative_prompt="blurry", true_cfg_scale=3.3, output_type="latent",
-        generator=torch.Generator("cpu").manual_seed(0), **kwargs,
+        "a red cat",
+        negative_prompt="blurry",
+        true_cfg_scale=3.3,
+        output_type="latent",
+        generator=torch.Generator("cpu").manual_seed(0),
+        **kwargs,
     ).images
     for mode, tolerance in (("never", 0.0), ("auto", 0.0), ("always", 0.1)):
         options.extra["cfg_batch"] = mode
-        state = ours.prepare(ours.validate(GenerationRequest(
-            prompt="a red cat", negative_prompt="blurry", guidance_scale=3.3, seed=0, **kwargs
-        )))
+        state = ours.prepare(
+            ours.validate(
+                GenerationRequest(
+                    prompt="a red cat",
+                    negative_prompt="blurry",
+                    guidance_scale=3.3,
+                    seed=0,
+                    **kwargs,
+                )
+            )
+        )
         while not state.done:
             ours.step([state])
         assert state.latents.dtype == torch.bfloat16

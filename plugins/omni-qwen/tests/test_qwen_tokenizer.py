@@ -35,6 +35,9 @@ def test_special_tokens_are_single_tokens() -> None:
 def test_builder_is_deterministic(tmp_path) -> None:
     a = testing.build_tiny_qwen_image(tmp_path / "a", "t2i")
     b = testing.build_tiny_qwen_image(tmp_path / "b", "t2i")
-    for part in ("transformer/diffusion_pytorch_model.safetensors",
-                 "text_encoder/model.safetensors", "vae/diffusion_pytorch_model.safetensors"):
+    for part in (
+        "transformer/diffusion_pytorch_model.safetensors",
+        "text_encoder/model.safetensors",
+        "vae/diffusion_pytorch_model.safetensors",
+    ):
         assert (a / part).read_bytes() == (b / part).read_bytes(), part

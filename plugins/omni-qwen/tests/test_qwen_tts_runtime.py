@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core import InvalidRequestError, Omni, ReferenceVoice
+from omni_core import InvalidRequestError, Omni
+from omni_core.speech import ReferenceVoice
 
 GREEDY = {"temperature": 0, "max_new_tokens": 30}
 TEXTS = ["Hello there, how are you?", "A second and longer sentence to speak today.", "Hi!"]
@@ -190,7 +191,7 @@ def test_cli_generate_speech(tts, tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "instructions" in refused.output
     assert not (tmp_path / "no.wav").exists()
     reference = tmp_path / "ref.wav"
-    from omni_core.audio import write_audio
+    from omni_core.media.audio import write_audio
 
     tone = (0.3 * np.sin(np.linspace(0, 900, 24000))).astype(np.float32)
     write_audio(reference, tone, 24000)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core import split_sentences
+from omni_core.speech import split_sentences
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -14,7 +14,7 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def test_tts_plugin_registers_every_family(omni_tts) -> None:
-    from omni_core.plugins import get_registry
+    from omni_core.contract.host import get_registry
 
     pipelines = get_registry().pipelines
     for name in ("vits", "speecht5", "fastspeech2-conformer", "csm", "piper"):

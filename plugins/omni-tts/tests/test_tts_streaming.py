@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from omni_core.audio import MAX_TEXT_CHARS
-from omni_core.errors import InvalidRequestError
+from omni_core.contract.errors import InvalidRequestError
+from omni_core.speech.pipeline import MAX_TEXT_CHARS
 
 FAMILIES = ["vits", "speecht5", "fastspeech2", "csm"]
 TEXT = "one sentence first. then a second. and the third!"

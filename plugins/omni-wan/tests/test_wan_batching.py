@@ -105,7 +105,7 @@ def test_wan_step_has_no_host_sync(omni_wan_model: Any, wan_kwargs: Any) -> None
 
 
 def test_wan_progress_and_cancellation(omni_wan_model: Any, wan_kwargs: Any) -> None:
-    from omni_core.pipelines.runtime import Cancelled
+    from omni_core.runtime.staged import Cancelled
 
     model = omni_wan_model("t2v")
     seen: list[tuple[int, int]] = []

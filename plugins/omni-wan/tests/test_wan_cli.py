@@ -80,7 +80,7 @@ def test_wan_cli_unknown_checkpoint_lists_pipelines(tmp_path: Path, no_load: Non
 
 
 def test_wan_cli_writes_mp4(tiny_wan: Any, tmp_path: Path, cond_image: Any) -> None:
-    from omni_core.media import decode_mp4
+    from omni_core.media.visual import decode_mp4
 
     image = tmp_path / "in.png"
     cond_image.save(image)

@@ -119,7 +119,7 @@ def test_wan_bfloat16_close_to_diffusers(tiny_wan: Any, wan_kwargs: Any) -> None
     from diffusers import AutoencoderKLWan, WanPipeline
 
     from omni_core import Omni
-    from omni_core.pipelines.diffusers_utils import dtype_kwargs
+    from omni_core.diffusion.diffusers_compat import dtype_kwargs
 
     path = tiny_wan("t2v")
     vae = AutoencoderKLWan.from_pretrained(path / "vae", **dtype_kwargs(torch.float32))
@@ -166,10 +166,12 @@ def _diffusers_hooks_support_cache() -> bool:
 
 @pytest.mark.skipif(
     not _diffusers_hooks_support_cache(),
-    reason="omni_core.acceleration's step cache uses diffusers hook APIs this diffusers lacks",
+    reason="omni_core.diffusion.acceleration's step cache uses diffusers hook APIs this "
+    "diffusers lacks",
 )
 def test_wan_step_cache_reports_hits(tiny_wan: Any, wan_kwargs: Any) -> None:
-    """omni_core.acceleration's step cache wraps every expert's forward; hits are reported."""
+    """omni_core.diffusion.acceleration's step cache wraps every expert's forward; hits are
+    reported."""
     from omni_core import Omni
 
     model = Omni(tiny_wan("t2v-a14b"), device="cpu", dtype="float32", cache="first-block")

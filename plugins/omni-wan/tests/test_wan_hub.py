@@ -33,7 +33,7 @@ def test_wan_hub_id_resolves_offline_in_a_fresh_process(hf_home: Path) -> None:
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
     env.pop("HF_HUB_CACHE", None)
     code = (
-        "from omni_core.pipelines.loading import resolve_model_path as r\n"
+        "from omni_core.runtime.loading import resolve_model_path as r\n"
         f"print(r({REPO!r}))\n"
         "try:\n    r('omni-test/not-cached')\n"
         "except Exception as e:\n    print(type(e).__name__, e)\n"

@@ -83,7 +83,7 @@ def test_wan_vae_tiling_matches_diffusers_tiled_and_is_close_to_untiled(
 ) -> None:
     from diffusers import WanPipeline
 
-    from omni_core.acceleration.vae_tiling import tile_kwargs
+    from omni_core.diffusion.acceleration.vae_tiling import tile_kwargs
 
     path = tiny_wan("t2v")
     kwargs = {**wan_kwargs("t2v"), "height": 64, "width": 96}

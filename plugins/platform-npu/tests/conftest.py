@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from omni_core.plugins import PluginHost
+from omni_core.contract.host import PluginHost
 from omni_platform_npu import detect
 from omni_platform_npu.platform import NpuPlatform
 from omni_platform_npu.testing import install_stand_in, make_ascend_host

@@ -6,13 +6,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.attention import (
+from omni_core.contract.attention import (
     AttentionRouter,
     backend_availability,
     dispatch_attention,
     use_router,
 )
-from omni_core.config import AttentionConfig
+from omni_core.contract.config import AttentionConfig
 from omni_platform_npu import attention, testing
 from omni_platform_npu.platform import NpuPlatform
 
@@ -123,7 +123,12 @@ def test_npu_mask_conversion_inverts_and_uses_kernel_shapes() -> None:
     with pytest.raises(ValueError, match="does not broadcast"):
         attention.to_fusion_masks(
             torch.ones(3, 1, 1, 3, dtype=torch.bool),
-            batch=2, heads=4, seq_q=1, seq_kv=3, scale=0.5, dtype=torch.float16,
+            batch=2,
+            heads=4,
+            seq_q=1,
+            seq_kv=3,
+            scale=0.5,
+            dtype=torch.float16,
         )
 
 

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from omni_core.errors import ConfigError, PlatformError
-from omni_core.platforms import current_platform, reset_platform, select_platform
-from omni_core.plugins import set_host
+from omni_core.contract.errors import ConfigError, PlatformError
+from omni_core.contract.host import set_host
+from omni_core.contract.platforms import current_platform, reset_platform, select_platform
 from omni_platform_npu.platform import NpuPlatform
 
 
@@ -27,7 +27,7 @@ def test_npu_spec_registered_with_compat_row(npu_host) -> None:
     assert spec.plugin == "omni-platform-npu"
     assert spec.device_type == "npu"
     assert spec.priority > npu_host.registry.platforms["cuda"].priority
-    assert spec.compatibility["omni-core"] == ">=0.2,<0.3"
+    assert spec.compatibility["omni-core"] == ">=0.3,<0.4"
     assert spec.compatibility["torch-npu"] == ">=2.5.1"
     assert spec.compatibility["torch"] == ">=2.5"
 

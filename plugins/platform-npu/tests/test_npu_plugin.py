@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from omni_core.cli import cli
-from omni_core.plugins import PluginHost, set_host
+from omni_core.contract.host import PluginHost, set_host
 
 
 def test_npu_entry_point_is_discovered() -> None:
@@ -70,7 +70,9 @@ def test_npu_doctor_json_says_why_not(as_process_host, no_torch_npu, clean_env) 
     assert fusion["usable"] is False and "runs on npu" in fusion["reason"]
 
 
-def test_npu_doctor_forced_but_unavailable(as_process_host, no_torch_npu, clean_env, monkeypatch) -> None:  # noqa: E501
+def test_npu_doctor_forced_but_unavailable(
+    as_process_host, no_torch_npu, clean_env, monkeypatch
+) -> None:
     monkeypatch.setenv("OMNI_PLATFORM", "npu")
     result = CliRunner().invoke(cli, ["doctor"])
     assert result.exit_code != 0

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from omni_core.plugins import PluginHost
+from omni_core.contract.host import PluginHost
 from omni_platform_rocm import detect
 from omni_platform_rocm.platform import RocmPlatform
 from omni_platform_rocm.testing import StandInHipRuntime, install_hip_build, make_kfd_topology

@@ -8,13 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.attention import (
+from omni_core.contract.attention import (
     AttentionRouter,
     backend_availability,
     dispatch_attention,
     use_router,
 )
-from omni_core.config import AttentionConfig
+from omni_core.contract.config import AttentionConfig
 from omni_platform_rocm import attention
 from omni_platform_rocm.platform import RocmPlatform
 from omni_platform_rocm.testing import install_kernel_modules, reference_flash_attn_func
@@ -38,9 +38,7 @@ def sdpa_reference(q, k, v, attn_mask=None, scale=None):
 @pytest.fixture
 def qkv() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
-    return tuple(
-        torch.randn(B, s, H, D, generator=gen).to(torch.bfloat16) for s in (SQ, SKV, SKV)
-    )
+    return tuple(torch.randn(B, s, H, D, generator=gen).to(torch.bfloat16) for s in (SQ, SKV, SKV))
 
 
 @pytest.fixture
@@ -101,7 +99,9 @@ def test_rocm_stand_in_kernel_is_faithful(qkv) -> None:
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
 
 
-def test_rocm_router_prefers_aiter_then_ck_then_sdpa(rocm_host, mi300, kernel_calls, monkeypatch, qkv) -> None:  # noqa: E501
+def test_rocm_router_prefers_aiter_then_ck_then_sdpa(
+    rocm_host, mi300, kernel_calls, monkeypatch, qkv
+) -> None:
     platform = RocmPlatform()
     router = AttentionRouter.build(AttentionConfig(), rocm_host.registry, platform)
     assert set(router.names.values()) == {"aiter"}

@@ -65,8 +65,13 @@ def test_rocm_visible_devices(make_machine, monkeypatch, env, expected) -> None:
 
 @pytest.mark.parametrize(
     ("version", "arch"),
-    [(90010, "gfx90a"), (90402, "gfx942"), (90500, "gfx950"), (110000, "gfx1100"),
-     (120001, "gfx1201")],
+    [
+        (90010, "gfx90a"),
+        (90402, "gfx942"),
+        (90500, "gfx950"),
+        (110000, "gfx1100"),
+        (120001, "gfx1201"),
+    ],
 )
 def test_rocm_arch_names_from_gfx_target_version(version: int, arch: str) -> None:
     assert detect.GpuNode(1, version).arch == arch

@@ -7,9 +7,14 @@ import os
 import pytest
 import torch
 
-from omni_core.errors import ConfigError, PlatformError
-from omni_core.platforms import check_available, current_platform, reset_platform, select_platform
-from omni_core.plugins import PluginHost, set_host
+from omni_core.contract.errors import ConfigError, PlatformError
+from omni_core.contract.host import PluginHost, set_host
+from omni_core.contract.platforms import (
+    check_available,
+    current_platform,
+    reset_platform,
+    select_platform,
+)
 from omni_platform_rocm.platform import RocmPlatform
 
 
@@ -28,7 +33,7 @@ def test_rocm_spec_registered_with_compat_row(rocm_host) -> None:
     assert spec.plugin == "omni-platform-rocm"
     assert spec.device_type == "cuda"
     assert spec.priority > rocm_host.registry.platforms["cuda"].priority
-    assert spec.compatibility == {"omni-core": ">=0.2,<0.3", "torch": ">=2.5"}
+    assert spec.compatibility == {"omni-core": ">=0.3,<0.4", "torch": ">=2.5"}
 
 
 def test_rocm_beats_builtin_cuda_on_a_hip_build(rocm_host, mi300) -> None:
@@ -59,7 +64,9 @@ def test_rocm_forced_with_omni_platform(rocm_host, mi300, monkeypatch) -> None:
     assert selection.reason == "forced by OMNI_PLATFORM=rocm"
 
 
-def test_rocm_forced_but_unavailable_is_a_clear_error(rocm_host, no_hip, clean_env, monkeypatch) -> None:  # noqa: E501
+def test_rocm_forced_but_unavailable_is_a_clear_error(
+    rocm_host, no_hip, clean_env, monkeypatch
+) -> None:
     monkeypatch.setenv("OMNI_PLATFORM", "rocm")
     with pytest.raises(PlatformError) as excinfo:
         select_platform(rocm_host.registry)

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from omni_core.cli import cli
-from omni_core.plugins import PluginHost, set_host
+from omni_core.contract.host import PluginHost, set_host
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_rocm_doctor_json_says_why_not(as_process_host, no_hip, clean_env) -> No
     row = next(p for p in report["platforms"] if p["name"] == "rocm")
     assert row["usable"] is False and "not a ROCm build" in row["reason"]
     assert {r["distribution"]: r["requires"] for r in row["compatibility"]} == {
-        "omni-core": ">=0.2,<0.3",
+        "omni-core": ">=0.3,<0.4",
         "torch": ">=2.5",
     }
     aiter = next(b for b in report["attention_backends"] if b["name"] == "aiter")
@@ -70,7 +70,9 @@ def test_rocm_doctor_json_says_why_not(as_process_host, no_hip, clean_env) -> No
     assert fp8["usable"] is False and fp8["reason"] == "runs on cuda, not on cpu"
 
 
-def test_rocm_doctor_forced_but_unavailable(as_process_host, no_hip, clean_env, monkeypatch) -> None:  # noqa: E501
+def test_rocm_doctor_forced_but_unavailable(
+    as_process_host, no_hip, clean_env, monkeypatch
+) -> None:
     monkeypatch.setenv("OMNI_PLATFORM", "rocm")
     result = CliRunner().invoke(cli, ["doctor"])
     assert result.exit_code != 0

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.acceleration.quantization import quantize_components
-from omni_core.errors import ConfigError
+from omni_core.contract.errors import ConfigError
+from omni_core.diffusion.acceleration.quantization import quantize_components
 from omni_platform_rocm.quant import RocmFp8Quantizer, fp8_linear_class
 
 
@@ -43,9 +43,7 @@ def test_rocm_fp8_linears_in_the_given_format(dtype: str, fp8_max: float) -> Non
     assert isinstance(attn, fp8_linear_class())
     assert attn.qweight_t.dtype == getattr(torch, dtype)
     # every row uses its format's full range, and never more
-    torch.testing.assert_close(
-        attn.qweight_t.float().abs().amax(dim=0), torch.full((64,), fp8_max)
-    )
+    torch.testing.assert_close(attn.qweight_t.float().abs().amax(dim=0), torch.full((64,), fp8_max))
     assert isinstance(model.proj_out, torch.nn.Linear)
     out = run(model, x)
     assert F.cosine_similarity(out.flatten(), reference.flatten(), dim=0) > 0.995
@@ -76,14 +74,20 @@ def test_rocm_fp8_through_the_core_quantizer_entry(rocm_host, mi300) -> None:
     assert model.blocks[0]["attn"].qweight_t.dtype == torch.float8_e4m3fnuz
     with pytest.raises(ConfigError, match="runs on cuda, not on cpu"):
         quantize_components(
-            {"transformer": model}, "fp8-rocm", ("transformer",),
-            registry=rocm_host.registry, device_type="cpu",
+            {"transformer": model},
+            "fp8-rocm",
+            ("transformer",),
+            registry=rocm_host.registry,
+            device_type="cpu",
         )
 
 
 def test_rocm_fp8_unavailable_without_hip(rocm_host, no_hip) -> None:
     with pytest.raises(ConfigError, match="needs a ROCm"):
         quantize_components(
-            {"transformer": tiny_denoiser()}, "fp8-rocm", ("transformer",),
-            registry=rocm_host.registry, device_type="cuda",
+            {"transformer": tiny_denoiser()},
+            "fp8-rocm",
+            ("transformer",),
+            registry=rocm_host.registry,
+            device_type="cuda",
         )

@@ -1,4 +1,5 @@
-"""Built-in attention plugin: registers PyTorch's SDPA family (:mod:`omni_core.kernels.sdpa`).
+"""Built-in attention plugin: registers PyTorch's SDPA family
+(:mod:`omni_core.runtime.kernels.sdpa`).
 
 ``sdpa`` lets PyTorch pick a kernel; ``sdpa-cudnn``, ``sdpa-flash``, ``sdpa-efficient`` and
 ``sdpa-math`` pin one. All take ``[batch, seq, heads, head_dim]`` like every omni backend.
@@ -8,15 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.registry import AttentionBackendSpec
+from omni_core import PLUGIN_API_VERSION, AttentionBackendSpec, hookimpl
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
 
 @hookimpl
 def omni_register_attention_backends(register: Callable[[AttentionBackendSpec], None]) -> None:
-    base = "omni_core.kernels.sdpa"
+    base = "omni_core.runtime.kernels.sdpa"
     register(
         AttentionBackendSpec(
             name="sdpa",

@@ -1,7 +1,9 @@
 """Built-in plugin of more attention backends: shape-aware SDPA, flash-attn (FA2/FA3), Sage.
 
-The kernels are :func:`omni_core.kernels.sdpa.sdpa_auto` (the kernel picked per call from the
-shapes) and :mod:`omni_core.kernels.external` (optional third-party packages whose availability
+The kernels are :func:`omni_core.runtime.kernels.sdpa.sdpa_auto` (the kernel picked per call from
+the
+shapes) and :mod:`omni_core.runtime.kernels.external` (optional third-party packages whose
+availability
 checks say "not installed" instead of failing); this module only registers them.
 """
 
@@ -9,19 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.registry import AttentionBackendSpec
+from omni_core import PLUGIN_API_VERSION, AttentionBackendSpec, hookimpl
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
 
 @hookimpl
 def omni_register_attention_backends(register: Callable[[AttentionBackendSpec], None]) -> None:
-    external = "omni_core.kernels.external"
+    external = "omni_core.runtime.kernels.external"
     register(
         AttentionBackendSpec(
             name="sdpa-auto",
-            implementation="omni_core.kernels.sdpa:sdpa_auto",
+            implementation="omni_core.runtime.kernels.sdpa:sdpa_auto",
             device_types=("cpu", "cuda"),
             priority=25,
             description="torch SDPA with the kernel picked per call from the shapes: cuDNN for "

@@ -1,6 +1,7 @@
 """Built-in step-cache backends, registered through the same hook as any plugin's.
 
-One implementation module per technique (:mod:`omni_core.acceleration.cache`). Per-model data
+One implementation module per technique (:mod:`omni_core.diffusion.acceleration.cache`). Per-model
+data
 (block lists, TeaCache coefficients, MagCache ratios) is not here: the denoiser's model plugin
 registers it as a ``DenoiserSpec`` (``omni_register_denoisers``).
 """
@@ -9,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.registry import CacheBackendSpec
+from omni_core import PLUGIN_API_VERSION, CacheBackendSpec, hookimpl
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
-_IMPL = "omni_core.acceleration.cache"
+_IMPL = "omni_core.diffusion.acceleration.cache"
 _HOOKS_OK = f"{_IMPL}.base:diffusers_hooks_available"
 
 

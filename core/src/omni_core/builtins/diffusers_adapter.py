@@ -1,6 +1,6 @@
 """Registers the generic diffusers adapter (a fallback pipeline) with lazy spec strings.
 
-The adapter itself lives in :mod:`omni_core.pipelines.diffusers_generic`; this hook module stays
+The adapter itself lives in :mod:`omni_core.diffusion.generic`; this hook module stays
 tiny so that ``omni list-plugins`` imports nothing of the pipeline runtime. The adapter's public
 names remain importable from here (resolved lazily on first access).
 """
@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.registry import PipelineCapabilities, PipelineSpec
+from omni_core import PLUGIN_API_VERSION, PipelineCapabilities, PipelineSpec, hookimpl
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
-_IMPL = "omni_core.pipelines.diffusers_generic"
+_IMPL = "omni_core.diffusion.generic"
 _LAZY = frozenset(
     {"AdapterExtras", "DiffusersAdapterPipeline", "RESERVED", "SHARED_TO_CALL", "check_request"}
 )

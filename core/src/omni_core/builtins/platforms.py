@@ -1,7 +1,7 @@
 """Built-in platforms plugin: registers cpu (always there) and cuda (NVIDIA through torch.cuda).
 
-The implementations and detectors are :class:`omni_core.platforms.CpuPlatform` /
-:class:`omni_core.platforms.CudaPlatform`; this module only registers them, as any platform
+The implementations and detectors are :class:`omni_core.contract.platforms.CpuPlatform` /
+:class:`omni_core.contract.platforms.CudaPlatform`; this module only registers them, as any platform
 plugin would.
 """
 
@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.registry import PlatformSpec
+from omni_core import PLUGIN_API_VERSION, PlatformSpec, hookimpl
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
-_BASE = "omni_core.platforms"
+_BASE = "omni_core.contract.platforms"
 
 
 @hookimpl

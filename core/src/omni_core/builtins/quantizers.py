@@ -1,19 +1,18 @@
 """Built-in quantizers: our fp8 row-wise linear and torchao's fp8 / int8 weight-only.
 
 All are scoped per component (the denoiser's block linears by default; never the VAE, norms,
-embedders, modulation or output head); see :mod:`omni_core.acceleration.quantization`.
+embedders, modulation or output head); see :mod:`omni_core.diffusion.acceleration.quantization`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from omni_core import PLUGIN_API_VERSION, hookimpl
-from omni_core.registry import QuantizerSpec
+from omni_core import PLUGIN_API_VERSION, QuantizerSpec, hookimpl
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
-_IMPL = "omni_core.acceleration.quantization"
+_IMPL = "omni_core.diffusion.acceleration.quantization"
 
 
 @hookimpl

@@ -6,9 +6,9 @@
 ``modalities``, ``voice``, ``max_tokens``, ``temperature``, ``top_p``, ``seed``).
 
 Autoregressive models subclass :class:`AutoregressiveChatPipeline` and write stages instead of
-loops (:mod:`omni_core.autoregressive.text`): the core's
-:class:`~omni_core.autoregressive.chat_runtime.ChatRuntime` batches the thinker's decode steps
-of every request in flight, drives the talker chain of the requests that asked for audio, and
+loops (:mod:`omni_core.chat.stages`): the core's
+:class:`~omni_core.chat.runtime.ChatRuntime` batches the text stage's decode steps
+of every request in flight, drives the speech chain of the requests that asked for audio, and
 streams both out; the engine steps it once per loop iteration.
 """
 
@@ -16,21 +16,22 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any
 
-from omni_core.errors import InvalidRequestError
-from omni_core.pipelines.base import GenerationRequest, Pipeline, Voice
+from omni_core.chat.runtime import ChatRuntime
+from omni_core.chat.stages import TextStages, TextState
+from omni_core.contract.collect import ChatCollector
+from omni_core.contract.errors import InvalidRequestError
+from omni_core.contract.messages import ChatDelta, ChatMessage, Modality
+from omni_core.contract.pipeline import StreamedPipeline
+from omni_core.contract.types import GenerationRequest, Voice
+from omni_core.runtime.autoregressive import AutoregressivePipeline
 
-if TYPE_CHECKING:  # pragma: no cover
-    from omni_core.autoregressive.chat_runtime import ChatRuntime, ChatStream
-    from omni_core.autoregressive.text import TextStages, TextState
-    from omni_core.chat.types import ChatDelta, Modality
 
-
-class ChatPipeline(Pipeline):
+class ChatPipeline(StreamedPipeline[ChatDelta]):
     """A model that answers conversations (``tasks=("chat",)`` in its spec)."""
 
-    #: What the loaded model can answer with; a model loaded without its talker answers
+    #: What the loaded model can answer with; a model loaded without its speech chain answers
     #: ``("text",)`` only (set it in ``from_pretrained``).
     output_modalities: tuple[Modality, ...] = ("text",)
 
@@ -38,15 +39,23 @@ class ChatPipeline(Pipeline):
     def chat(self, request: GenerationRequest) -> Iterator[ChatDelta]:
         """Yield the answer's deltas; the last one has ``finish_reason`` and ``usage``."""
 
+    def open_stream(self, request: GenerationRequest) -> Iterator[ChatDelta]:
+        return self.chat(request)
+
+    def collector(self, started: float | None = None) -> ChatCollector:
+        return ChatCollector(started)
+
     def voices(self) -> list[Voice]:
         """The voices the answer can be spoken in (``GET /v1/audio/voices``)."""
         return []
 
-    def shared_runtime(self) -> ChatRuntime | None:
-        """The runtime that advances every open answer in one step (autoregressive models):
-        the engine steps it once per loop iteration and polls the streams. None: each answer
-        advances alone."""
-        return None
+    def warmup_fields(self) -> dict[str, Any]:
+        """A two-token answer to "Hello." in every modality this model answers with."""
+        return {
+            "messages": [ChatMessage.text("user", "Hello.")],
+            "max_tokens": 2,
+            "modalities": tuple(self.output_modalities),
+        }
 
     def validate(self, request: GenerationRequest) -> GenerationRequest:
         """Check what every chat model needs: a conversation that ends with a user turn, the
@@ -68,7 +77,7 @@ class ChatPipeline(Pipeline):
             served = ", ".join(self.output_modalities)
             raise InvalidRequestError(
                 f"modalities={list(request.modalities)!r}: this model answers with {served}"
-                + (" (loaded without its talker)" if "audio" in unknown else ""),
+                + (" (loaded without its speech chain)" if "audio" in unknown else ""),
                 param="modalities",
             )
         if request.voice and "audio" in request.modalities:
@@ -81,43 +90,17 @@ class ChatPipeline(Pipeline):
         return request
 
 
-class AutoregressiveChatPipeline(ChatPipeline):
+class AutoregressiveChatPipeline(
+    AutoregressivePipeline[ChatDelta, TextStages, TextState, ChatRuntime], ChatPipeline
+):
     """A chat pipeline whose requests share the steps of one :class:`ChatRuntime`.
 
-    Implement :meth:`stages` (the thinker, the detokenizer, the talker side) and
-    :meth:`prepare` (a validated request -> a :class:`~omni_core.autoregressive.TextState`).
+    Implement :meth:`stages` (the text stage, the detokenizer, the speech side) and
+    :meth:`prepare` (a validated request -> a :class:`~omni_core.chat.TextState`).
     """
 
-    #: Requests one step carries at most (the runtime's cache slots); more wait their turn.
-    max_concurrency: ClassVar[int] = 64
-
-    _runtime: ChatRuntime | None = None
-
-    def concurrency(self, max_batch: int) -> int:
-        """Every request in flight shares the runtime's steps: as many as it has slots."""
-        return self.max_concurrency
-
-    @abstractmethod
-    def stages(self) -> TextStages:
-        """The chain of this loaded model (called once, when the runtime is built)."""
-
-    @abstractmethod
-    def prepare(self, request: GenerationRequest) -> TextState:
-        """Build one request's prompt and per-request data; ``request`` is validated."""
-
-    def shared_runtime(self) -> ChatRuntime:
-        """The runtime of this pipeline, built on first use."""
-        if self._runtime is None:
-            from omni_core.autoregressive.chat_runtime import ChatRuntime
-
-            device = self.options.device if self.options is not None else "cpu"
-            stages = self.stages()
-            self._runtime = ChatRuntime(stages, max_batch=self.max_concurrency, device=device)
-        return self._runtime
-
-    def open(self, request: GenerationRequest, *, timeout_s: float | None = None) -> ChatStream:
-        """Queue a validated request on the runtime; iterate (or poll) the stream it returns."""
-        return self.shared_runtime().open(self.prepare(request), timeout_s=timeout_s)
+    def make_runtime(self, stages: TextStages, *, max_batch: int, device: Any) -> ChatRuntime:
+        return ChatRuntime(stages, max_batch=max_batch, device=device)
 
     def chat(self, request: GenerationRequest) -> Iterator[ChatDelta]:
         return self.open(request)

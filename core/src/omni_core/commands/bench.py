@@ -132,8 +132,8 @@ def bench_serve(
     """Load-test a running omni server and report throughput and latency."""
     import asyncio
 
-    from omni_core.errors import ConfigError
-    from omni_core.serving.bench import BenchConfig, BenchRunner, format_summary, plot, write_json
+    from omni_core.bench.serve import BenchConfig, BenchRunner, format_summary, plot, write_json
+    from omni_core.contract.errors import ConfigError
 
     rate = _rate(request_rate)
     if plot_path is not None:
@@ -276,15 +276,15 @@ def bench_pipeline(
     row reports load time, first and steady-state request time, s/step, peak memory and PSNR
     against the eager reference.
     """
-    from omni_core.benchmark.report import format_table
-    from omni_core.benchmark.runner import (
+    from omni_core.bench.report import format_table
+    from omni_core.bench.runner import (
         BenchOptions,
         default_work_dir,
         parse_modes,
         run_benchmark,
     )
-    from omni_core.errors import ConfigError
-    from omni_core.plugins import get_registry
+    from omni_core.contract.errors import ConfigError
+    from omni_core.contract.host import get_registry
 
     try:
         chosen_modes = parse_modes(modes) if modes else None

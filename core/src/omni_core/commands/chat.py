@@ -15,15 +15,15 @@ from typing import Any
 
 import click
 
-from omni_core.errors import InvalidRequestError
+from omni_core.contract.errors import InvalidRequestError
 
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 def _media(images: tuple[Path, ...], audios: tuple[Path, ...], videos: tuple[Path, ...]) -> list:
     """The media parts of the user turn, decoded with the server's bounds."""
-    from omni_core.chat.types import ChatPart
     from omni_core.commands.generate import _load_images
+    from omni_core.contract.messages import ChatPart
     from omni_core.serving import chat_media
     from omni_core.serving.config import DEFAULT_MAX_UPLOAD_PIXELS
 
@@ -96,11 +96,11 @@ def generate_chat(
     **sampling: Any,
 ) -> None:
     """Answer PROMPT with the chat model MODEL (a folder or a Hub id)."""
-    from omni_core import audio as codecs
     from omni_core.api import Omni, check_load_options, locate_model
-    from omni_core.chat.types import ChatMessage, ChatPart
     from omni_core.commands.options import key_values, parse_extras
-    from omni_core.engine.collect import ChatCollector
+    from omni_core.contract.collect import ChatCollector
+    from omni_core.contract.messages import ChatMessage, ChatPart
+    from omni_core.media import audio as codecs
 
     fmt = None
     if output is not None:

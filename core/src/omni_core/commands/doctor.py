@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from omni_core.config import config_from_cli, config_options
-from omni_core.registry import Availability, load_object
+from omni_core.contract.config import config_from_cli, config_options
+from omni_core.contract.registry import Availability, load_object
 
 #: Distributions whose versions decide what runs (read from metadata: no import needed).
 VERSION_PACKAGES = ("omni-core", "torch", "diffusers", "transformers", "pluggy", "pydantic")
@@ -90,10 +90,10 @@ def compatibility_rows(compatibility: dict[str, str]) -> list[dict[str, Any]]:
 
 def collect(config_file: str | None = None, config_set: tuple[str, ...] = ()) -> dict[str, Any]:
     """The whole report as a JSON-able dict. Raises OmniError for a bad forced platform/config."""
-    from omni_core.attention import ROLES, backend_availability, resolve_backend
-    from omni_core.errors import OmniError, PlatformError
-    from omni_core.platforms import check_available, select_platform
-    from omni_core.plugins import get_host
+    from omni_core.contract.attention import ROLES, backend_availability, resolve_backend
+    from omni_core.contract.errors import OmniError, PlatformError
+    from omni_core.contract.host import get_host
+    from omni_core.contract.platforms import check_available, select_platform
 
     config = config_from_cli(config_file, config_set)
     host = get_host()
@@ -231,8 +231,10 @@ def _cell(value: Any, *, usable: bool = False) -> str:
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-            for row in rows]
+    return [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
 
 
 def render(report: dict[str, Any]) -> str:
@@ -265,9 +267,7 @@ def render(report: dict[str, Any]) -> str:
             continue
         rows = [tuple(c.upper() for c in columns)]
         for item in report[key]:
-            rows.append(
-                tuple(_cell(item[c], usable=c == "usable") for c in columns)
-            )
+            rows.append(tuple(_cell(item[c], usable=c == "usable") for c in columns))
         lines += _table(rows)
     lines += ["", "platform compatibility:"]
     for item in report["platforms"]:

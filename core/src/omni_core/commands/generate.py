@@ -1,7 +1,7 @@
 """`omni generate video|image|speech|chat`: one generation from the command line.
 
 Everything that can be checked is checked before weights load (options, sizes, frame counts,
-images, extras, through the pipeline's :meth:`~omni_core.pipelines.base.Pipeline.precheck`),
+images, extras, through the pipeline's :meth:`~omni_core.contract.pipeline.Pipeline.precheck`),
 so a typo costs a second, not a model load; such errors exit with code 2. ``speech`` lives in
 :mod:`omni_core.commands.speech` and ``chat`` in :mod:`omni_core.commands.chat`, each imported
 only when used.
@@ -24,7 +24,7 @@ from omni_core.commands.options import (
     check_load_options,
     parse_extras,
 )
-from omni_core.errors import InvalidRequestError, OmniError
+from omni_core.contract.errors import InvalidRequestError, OmniError
 
 SUBCOMMANDS = {
     "speech": "omni_core.commands.speech:generate_speech",
@@ -142,7 +142,7 @@ def generate_video(
     result, elapsed = _run("video", model, prompt, num_frames=num_frames, **options)
     if result.video is None:
         raise click.ClickException("the pipeline returned no video")
-    from omni_core.media import save_video
+    from omni_core.media.visual import save_video
 
     path = save_video(result.video, output, fps=fps or result.fps or 16)
     frames, height, width, _ = result.video.shape
@@ -173,7 +173,7 @@ def generate_image(model: str, prompt: str, output: Path, num_outputs: int, **op
             "the image output must end in .png, .jpg or .webp", param_hint="--output"
         )
     result, elapsed = _run("image", model, prompt, num_outputs=num_outputs, **options)
-    from omni_core.media import save_image
+    from omni_core.media.visual import save_image
 
     images = list(result.images or [])
     if not images:
@@ -249,16 +249,16 @@ def _run(
 ) -> tuple[Any, float]:
     import time
 
-    from omni_core.acceleration.lora import check_lora_request, fused_defaults
     from omni_core.api import locate_model
-    from omni_core.requests import make_request
+    from omni_core.contract.requests import check_lora_request, make_request
+    from omni_core.diffusion.acceleration.lora import fused_defaults
 
     height, width = parse_size(size, height, width)
     accel = acceleration_kwargs(cache, cache_options, quantization, compile_)
     check_load_options(device, dtype, attention_backend)
     if "cache" in accel:
         from omni_core.api import _as_config
-        from omni_core.config import CacheConfig
+        from omni_core.contract.config import CacheConfig
 
         _as_config(accel["cache"], CacheConfig, "cache")
     memory = dict(memory_kwargs or {})

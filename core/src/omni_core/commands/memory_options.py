@@ -3,10 +3,10 @@
 :func:`memory_options` adds the flags and turns them into two ``Omni(...)`` keywords, checked
 before any weights load (a bad spec or a missing file is one line and exit code 2):
 
-* ``lora``: a :class:`~omni_core.config.LoraConfig` dict (``--lora NAME=PATH[:SCALE]``
+* ``lora``: a :class:`~omni_core.contract.config.LoraConfig` dict (``--lora NAME=PATH[:SCALE]``
   repeatable, ``--fuse-lora NAME``, ``--lora-steps``, ``--lora-guidance``,
   ``--lora-max-active``, ``--lora-max-memory``);
-* ``offload``: a :class:`~omni_core.config.MemoryConfig` dict (``--offload``,
+* ``offload``: a :class:`~omni_core.contract.config.MemoryConfig` dict (``--offload``,
   ``--max-gpu-memory``, ``--offload-blocks``, ``--vae-tiling``, ``--vae-slicing``,
   ``--vae-tile``).
 
@@ -149,9 +149,9 @@ def memory_kwargs(
     vae_tile: int | None = None,
 ) -> dict[str, Any]:
     """The ``Omni(...)`` keywords of the flags (only those given), validated now."""
-    from omni_core.acceleration.lora import resolve_lora_file
-    from omni_core.config import as_lora_config, as_memory_config, parse_lora_spec
-    from omni_core.errors import ConfigError
+    from omni_core.contract.config import as_lora_config, as_memory_config, parse_lora_spec
+    from omni_core.contract.errors import ConfigError
+    from omni_core.diffusion.acceleration.lora import resolve_lora_file
 
     out: dict[str, Any] = {}
     lora: dict[str, Any] = {"adapters": [parse_lora_spec(s) for s in lora_specs]}

@@ -40,8 +40,15 @@ KINDS: dict[str, tuple[str, str, str, str, bool]] = {
     "quantizer": ("omni_register_quantizers", "quantizers", "quantizer", "quantizer", True),
 }
 
+
 #: The omni-core range a generated plugin depends on: this minor (0.x: minors may break).
-CORE_RANGE = ">=0.2,<0.3"
+def core_range() -> str:
+    """The omni-core range a new plugin depends on: this release's minor series."""
+    from omni_core.contract.version import __version__
+
+    major, minor = (int(p) for p in __version__.split(".")[:2])
+    return f">={major}.{minor},<{major}.{minor + 1}"
+
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 TEMPLATE_ROOT = "templates/plugin"
@@ -88,8 +95,8 @@ def requirements(kind: str, needs_torch: bool) -> list[str]:
     """What a generated package depends on: the runtime extra only for a model (a pipeline needs
     diffusers and transformers), torch alone for a kernel kind, omni-core alone otherwise."""
     if kind == "model":
-        return [f"omni-core[runtime]{CORE_RANGE}"]
-    return [f"omni-core{CORE_RANGE}", *(["torch>=2.4"] if needs_torch else [])]
+        return [f"omni-core[runtime]{core_range()}"]
+    return [f"omni-core{core_range()}", *(["torch>=2.4"] if needs_torch else [])]
 
 
 def render(text: str, values: dict[str, str]) -> str:
@@ -120,7 +127,7 @@ def write_plugin(name: str, kind: str, output: Path) -> Path:
         "api": PLUGIN_API_VERSION,
         "description": f"The {names['spec_name']} {singular} for omni.",
         "dependencies": ", ".join(f'"{d}"' for d in requirements(kind, needs_torch)),
-        "core_range": CORE_RANGE,
+        "core_range": core_range(),
     }
     root = resources.files("omni_core").joinpath(TEMPLATE_ROOT)
     files: dict[str, str] = {}

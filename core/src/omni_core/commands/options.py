@@ -57,8 +57,8 @@ def acceleration_kwargs(
     Unknown cache backends or quantizers raise ConfigError (exit 2) from the registry, before
     any weights load; the registry holds only specs, so this imports no torch.
     """
-    from omni_core.errors import ConfigError
-    from omni_core.plugins import get_registry
+    from omni_core.contract.errors import ConfigError
+    from omni_core.contract.host import get_registry
 
     kwargs: dict[str, Any] = {}
     if cache_options and not cache:
@@ -78,7 +78,7 @@ def acceleration_kwargs(
             )
         kwargs["quantization"] = quantization
     if compile_ is not None:
-        # omni_core.acceleration.apply_acceleration reads options.extra["compile"].
+        # omni_core.diffusion.acceleration.apply_acceleration reads options.extra["compile"].
         kwargs["compile"] = compile_
     return kwargs
 
@@ -95,11 +95,11 @@ def check_load_options(
     if device is None and dtype is None and attention_backend is None:
         return
     from omni_core.api import _as_config, resolve_device
-    from omni_core.attention import AttentionRouter
-    from omni_core.config import AttentionConfig
-    from omni_core.dtypes import parse_dtype
-    from omni_core.platforms import current_platform
-    from omni_core.plugins import get_registry
+    from omni_core.contract.attention import AttentionRouter
+    from omni_core.contract.config import AttentionConfig
+    from omni_core.contract.dtypes import parse_dtype
+    from omni_core.contract.host import get_registry
+    from omni_core.contract.platforms import current_platform
 
     platform = current_platform()
     resolve_device(device, platform)
@@ -121,10 +121,10 @@ def check_option_keys(options: dict[str, Any]) -> None:
     import inspect
 
     from omni_core.api import Omni
-    from omni_core.errors import ConfigError
+    from omni_core.contract.errors import ConfigError
 
     own = [p for p in inspect.signature(Omni.__init__).parameters if p not in ("self", "model")]
-    own += ["compile"]  # read by omni_core.acceleration from options.extra
+    own += ["compile"]  # read by omni_core.diffusion.acceleration from options.extra
     for key in options:
         if key == "trust_remote_code":
             raise ConfigError(

@@ -18,7 +18,7 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per plugin.")
 def list_plugins(as_json: bool) -> None:
     """List installed plugins and what each provides (exits 0 even if some are broken)."""
-    from omni_core.plugins import get_host
+    from omni_core.contract.host import get_host
 
     host = get_host()
     infos = host.infos()

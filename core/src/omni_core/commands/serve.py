@@ -19,7 +19,7 @@ from omni_core.commands.options import (
     check_option_keys,
 )
 from omni_core.commands.storage_options import storage_options
-from omni_core.errors import OmniError
+from omni_core.contract.errors import OmniError
 from omni_core.serving.config import (
     DEFAULT_MAX_ASPECT_RATIO,
     DEFAULT_MAX_COST,
@@ -90,7 +90,7 @@ def _preflight(config: ServerConfig) -> None:
 
     from omni_core.api import Omni, locate_model
     from omni_core.api import check_load_options as check_pipeline_options
-    from omni_core.plugins import get_registry
+    from omni_core.contract.host import get_registry
 
     check_load_options(config.device, config.dtype, config.attention_backend)
     check_option_keys(config.options)
@@ -310,7 +310,7 @@ def serve(
 
     require_serve_extra()
 
-    from omni_core.errors import ConfigError
+    from omni_core.contract.errors import ConfigError
     from omni_core.serving import ServerConfig, create_app
     from omni_core.serving.app import serve_draining
 

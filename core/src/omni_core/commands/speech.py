@@ -16,17 +16,17 @@ from typing import Any
 
 import click
 
-from omni_core.errors import InvalidRequestError, OmniError
+from omni_core.contract.errors import InvalidRequestError, OmniError
 
 
 def _load(model: str | None, device: str | None, dtype: str | None, quiet: bool) -> Any:
-    from omni_core import audio
     from omni_core.api import Omni
-    from omni_core.pipelines.base import SpeechPipeline
+    from omni_core.speech import lookup as speech_lookup
+    from omni_core.speech.pipeline import SpeechPipeline
 
-    default = audio.default_speech_spec() if model is None else None
+    default = speech_lookup.default_speech_spec() if model is None else None
     if model is None and (default is None or not default.default_model):
-        audio.resolve_speech_model(None)  # raises: no installed speech pipeline offers one
+        speech_lookup.resolve_speech_model(None)  # raises: no installed speech pipeline offers one
     # Omni resolves voice references itself (a voice folder, an alias such as the default
     # model's), so what the lookup adds (the pipeline, its default voice) is its own, not ours.
     ref = model if model is not None else default.default_model  # type: ignore[union-attr]
@@ -115,22 +115,23 @@ def generate_speech(
     quiet: bool,
 ) -> None:
     """Speak TEXT and write it to --output (wav, pcm, flac or mp3)."""
-    from omni_core import audio
     from omni_core.commands.options import parse_extras
+    from omni_core.media import audio as codecs
+    from omni_core.speech import pipeline as speech_base
 
     # Everything checkable without the model, first.
     to_stdout = output == "-"
     try:
-        fmt = (fmt or "wav").lower() if to_stdout else audio.format_for_path(output, fmt)
+        fmt = (fmt or "wav").lower() if to_stdout else codecs.format_for_path(output, fmt)
     except InvalidRequestError as exc:
         raise click.BadParameter(exc.message, param_hint="--format/--output") from None
     try:
-        audio.check_sample_rate(sample_rate)
+        codecs.check_sample_rate(sample_rate)
         if sample_rate is not None:
-            audio.check_format(fmt, sample_rate)
+            codecs.check_format(fmt, sample_rate)
     except InvalidRequestError as exc:
         raise click.BadParameter(exc.message, param_hint="--sample-rate") from None
-    audio.check_text(text)
+    speech_base.check_text(text)
     kwargs: dict[str, Any] = {"speed": speed, **parse_extras(extras)}
     named = (
         ("voice", voice),
@@ -145,8 +146,8 @@ def generate_speech(
     if ref_text is not None and ref_audio is None:
         raise click.BadParameter("give it with --ref-audio", param_hint="--ref-text")
     if ref_audio is not None:
-        from omni_core.pipelines.base import ReferenceVoice
-        from omni_core.serving.voices import decode_reference
+        from omni_core.contract.types import ReferenceVoice
+        from omni_core.speech.voices import decode_reference
 
         samples, rate = decode_reference(ref_audio.read_bytes(), param="ref_audio")
         kwargs["reference"] = ReferenceVoice(audio=samples, sample_rate=rate, transcript=ref_text)
@@ -167,7 +168,7 @@ def generate_speech(
                 rate = chunk.sample_rate
                 _check_mp3(fmt, rate)
                 if sink is not None:
-                    encoder = audio.StreamEncoder(fmt, rate)
+                    encoder = codecs.StreamEncoder(fmt, rate)
             samples += len(chunk.samples)
             if sink is None:
                 parts.append(chunk.samples)
@@ -179,13 +180,13 @@ def generate_speech(
         if sink is None:
             import numpy as np
 
-            audio.write_audio(output, np.concatenate(parts).astype(np.float32), rate, fmt)
+            codecs.write_audio(output, np.concatenate(parts).astype(np.float32), rate, fmt)
         else:
             sink.write(encoder.close())
             sink.flush()
             if tmp is not None:
                 sink.close()
-                audio.publish_file(tmp, Path(output))
+                codecs.publish_file(tmp, Path(output))
     except BaseException:
         if tmp is not None:
             sink.close()
@@ -203,9 +204,9 @@ def generate_speech(
 
 
 def _check_mp3(fmt: str, rate: int | None) -> None:
-    from omni_core import audio
+    from omni_core.media import audio as codecs
 
-    if fmt == "mp3" and rate is not None and rate not in audio.MP3_SAMPLE_RATES:
+    if fmt == "mp3" and rate is not None and rate not in codecs.MP3_SAMPLE_RATES:
         raise click.BadParameter(
             f"mp3 cannot carry {rate} Hz; pass --sample-rate", param_hint="--sample-rate"
         )
@@ -236,11 +237,11 @@ def voices(model: str | None, as_json: bool) -> None:
     """
     import json
 
-    from omni_core import audio
-    from omni_core.errors import ModelNotFoundError
-    from omni_core.plugins import get_registry
+    from omni_core.contract.errors import ModelNotFoundError
+    from omni_core.contract.host import get_registry
+    from omni_core.speech import lookup as speech_lookup
 
-    default = audio.default_speech_spec()
+    default = speech_lookup.default_speech_spec()
     specs = sorted(
         (s for s in get_registry().pipelines.values() if s.modality == "speech"),
         key=lambda s: (s != default, s.name),

@@ -57,7 +57,7 @@ def parse_size(text: str, flag: str) -> int | None:
 def _check_store(url: str | None, flag: str, schemes: tuple[str, ...]) -> str | None:
     if not url:
         return None
-    from omni_core.errors import ConfigError
+    from omni_core.contract.errors import ConfigError
     from omni_core.serving.stores import check_url
 
     try:
@@ -72,7 +72,7 @@ def check_reachable(storage: Any) -> None:
     database is down, the bucket is missing, a driver is not installed)."""
     from pathlib import Path
 
-    from omni_core.errors import ConfigError
+    from omni_core.contract.errors import ConfigError
     from omni_core.serving.stores import open_job_store, open_output_store
 
     if storage.job_store and not storage.job_store.startswith("sqlite"):

@@ -1,28 +1,16 @@
-"""The OpenAI-compatible server behind ``omni serve`` (FastAPI on uvicorn).
-
-Names are resolved lazily so that ``omni bench serve`` (a client) does not import the server,
-and the config models import no FastAPI.
+"""The OpenAI-compatible server behind ``omni serve`` (FastAPI on uvicorn), for deployment
+plugins (omni-ray runs it inside each replica). Nothing is imported until a name is used, so
+``omni bench serve`` (a client) does not import the server and the configs import no FastAPI.
 """
 
-from __future__ import annotations
+from omni_core.contract.faces import Face
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pragma: no cover
-    from omni_core.serving.app import create_app
-    from omni_core.serving.config import ModelSource, ServerConfig
-
-__all__ = ["ModelSource", "ServerConfig", "create_app"]
-
-_WHERE = {
-    "ModelSource": "omni_core.serving.config",
-    "ServerConfig": "omni_core.serving.config",
-    "create_app": "omni_core.serving.app",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'omni_core.serving' has no attribute {name!r}")
+_face = Face(
+    __name__,
+    {
+        "omni_core.serving.config": ("ServerConfig", "ModelSource"),
+        "omni_core.serving.stores.config": ("StorageConfig", "RetentionPolicy"),
+        "omni_core.serving.app": ("create_app",),
+    },
+)
+__getattr__, __dir__, __all__ = _face.getattr, _face.dir, _face.names

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 
-from omni_core.engine import EngineStoppedError
+from omni_core.contract.errors import EngineStoppedError
 from omni_core.serving.config import ModelSource, ServerConfig
 from omni_core.serving.errors import APIError, from_exception, install_handlers
 from omni_core.serving.guards import BrowserGuardMiddleware

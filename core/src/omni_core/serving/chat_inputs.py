@@ -23,8 +23,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from omni_core.chat.types import ChatMessage, ChatPart
-from omni_core.errors import InvalidRequestError
+from omni_core.contract.errors import InvalidRequestError
+from omni_core.contract.messages import ChatMessage, ChatPart
 from omni_core.serving import chat_media, compat, media
 from omni_core.serving.errors import from_exception, invalid
 

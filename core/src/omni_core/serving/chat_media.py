@@ -1,11 +1,11 @@
 """Audio and video inputs of a chat request, decoded with bounds (no FastAPI here: ``omni
 generate chat`` decodes its local files with the same code and limits).
 
-Audio goes through the uploaded-voice decoder (:func:`omni_core.serving.voices.decode_reference`:
+Audio goes through the uploaded-voice decoder (:func:`omni_core.speech.voices.decode_reference`:
 container allow-list, bounded bytes and seconds) with :data:`MAX_AUDIO_SECONDS`. A video keeps at
 most :data:`MAX_VIDEO_FRAMES` frames and :data:`MAX_VIDEO_PIXELS` decoded pixels: a longer clip
 is sampled evenly in time and its ``fps`` lowered to match; its sound track, when it has one,
-comes with it. Anything undecodable is an :class:`~omni_core.errors.InvalidRequestError`
+comes with it. Anything undecodable is an :class:`~omni_core.contract.errors.InvalidRequestError`
 naming the part.
 """
 
@@ -15,7 +15,7 @@ import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from omni_core.errors import InvalidRequestError
+from omni_core.contract.errors import InvalidRequestError
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -31,7 +31,7 @@ VIDEO_CONTAINERS = frozenset({"mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm", "avi"}
 
 def decode_audio(data: bytes, param: str) -> tuple[np.ndarray, int]:
     """Audio file bytes -> (float32 mono, its rate), bounded."""
-    from omni_core.serving.voices import decode_reference
+    from omni_core.speech.voices import decode_reference
 
     try:
         return decode_reference(data, param=param, max_seconds=MAX_AUDIO_SECONDS)

@@ -30,9 +30,9 @@ from typing import Any, Literal
 
 from fastapi import Request
 
-from omni_core.errors import InvalidRequestError
-from omni_core.pipelines.base import Pipeline
-from omni_core.requests import make_request
+from omni_core.contract.errors import InvalidRequestError
+from omni_core.contract.pipeline import Pipeline
+from omni_core.contract.requests import make_request
 from omni_core.serving.errors import invalid
 
 Action = Literal["merge", "rename", "ignore", "refuse", "size"]

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from omni_core.requests import RequestLimits
+from omni_core.contract.requests import RequestLimits
 from omni_core.serving.stores.config import StorageConfig
 
 #: The defaults of the cost limits (``omni serve --max-*``): the standard sizes of real models

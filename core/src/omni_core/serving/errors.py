@@ -17,15 +17,16 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from omni_core.engine import (
+from omni_core.contract.errors import (
     EngineStoppedError,
+    InvalidRequestError,
+    OmniError,
     QueueFullError,
     RequestCancelledError,
     RequestFailedError,
     RequestOutOfMemoryError,
     RequestTimeoutError,
 )
-from omni_core.errors import InvalidRequestError, OmniError
 
 log = logging.getLogger("omni.serving")
 

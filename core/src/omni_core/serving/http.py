@@ -20,7 +20,7 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect
 
-from omni_core.engine import Job
+from omni_core.runtime.jobs import Job
 from omni_core.serving import media
 from omni_core.serving.config import ServerConfig
 from omni_core.serving.errors import APIError, from_exception, from_validation_error, invalid
@@ -28,7 +28,7 @@ from omni_core.serving.models import ServedModel
 from omni_core.serving.schemas import parse_size
 
 if TYPE_CHECKING:  # pragma: no cover
-    from omni_core.pipelines.base import GenerationRequest
+    from omni_core.contract.types import GenerationRequest
     from omni_core.serving.state import ServerState
 
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")

@@ -25,8 +25,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from omni_core.engine import EngineStoppedError, Job, QueueFullError, RequestCancelledError
-from omni_core.pipelines.base import GenerationRequest, GenerationResult
+from omni_core.contract.errors import EngineStoppedError, QueueFullError, RequestCancelledError
+from omni_core.contract.types import GenerationRequest, GenerationResult
+from omni_core.runtime.jobs import Job
 from omni_core.serving import media
 from omni_core.serving.errors import APIError, from_exception
 from omni_core.serving.metrics import Metrics

@@ -151,22 +151,23 @@ def encode_mp4(frames: np.ndarray, fps: int, path: Path) -> None:
 
 
 def encode_audio(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
-    """Mono float32 audio -> wav | pcm (s16le) | flac | mp3 bytes (omni_core.audio encoders).
+    """Mono float32 audio -> wav | pcm (s16le) | flac | mp3 bytes (omni_core.media encoders).
 
     mp3 exists only at some rates: other rates are resampled to 24 kHz for mp3.
     """
-    from omni_core import audio
+    from omni_core.media import audio as codecs
+    from omni_core.media import dsp
 
-    if fmt == "mp3" and sample_rate not in audio.MP3_SAMPLE_RATES:
-        samples, sample_rate = audio.resample(samples, sample_rate, 24000), 24000
-    return audio.encode_audio(samples, sample_rate, fmt)
+    if fmt == "mp3" and sample_rate not in codecs.MP3_SAMPLE_RATES:
+        samples, sample_rate = dsp.resample(samples, sample_rate, 24000), 24000
+    return codecs.encode_audio(samples, sample_rate, fmt)
 
 
 def stream_encoder(fmt: str, sample_rate: int) -> tuple[Any, int]:
     """An incremental encoder for a streamed response, and the rate it encodes at."""
-    from omni_core import audio
+    from omni_core.media import audio as codecs
 
-    return audio.StreamEncoder(fmt, sample_rate), sample_rate
+    return codecs.StreamEncoder(fmt, sample_rate), sample_rate
 
 
 def _too_big(param: str, size: int | str, max_bytes: int) -> APIError:

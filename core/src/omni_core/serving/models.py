@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from omni_core.chat.pipeline import ChatPipeline
-from omni_core.chat_api import chat_request
-from omni_core.engine import Engine, EngineObserver
-from omni_core.requests import warmup_request
+from omni_core.contract.requests import warmup_request
+from omni_core.runtime.engine import Engine
+from omni_core.runtime.jobs import EngineObserver
 from omni_core.serving.config import ModelSource, ServerConfig
 from omni_core.serving.errors import APIError
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.api import Omni
-    from omni_core.pipelines.base import Pipeline
+    from omni_core.contract.pipeline import Pipeline
 
 log = logging.getLogger("omni.serving")
 
@@ -110,16 +110,7 @@ class ServedModel:
         self.engine = engine.start()
         if config.warmup:
             try:
-                if isinstance(omni.pipeline, ChatPipeline):
-                    request = chat_request(  # every modality it answers with, briefly
-                        omni.pipeline,
-                        "Hello.",
-                        max_tokens=2,
-                        modalities=omni.pipeline.output_modalities,
-                        request_id="warmup",
-                    )
-                else:
-                    request = warmup_request(omni.pipeline, self.warmup_fields(config))
+                request = warmup_request(omni.pipeline, self.warmup_fields(config))
                 engine.run(request, timeout=3600)
             except Exception as exc:
                 engine.stop(drain=False, timeout=5)
@@ -135,18 +126,11 @@ class ServedModel:
         self.error = f"{type(exc).__name__}: {exc}"
 
     def warmup_fields(self, config: ServerConfig) -> dict[str, Any]:
-        """The configured warm-up fields that apply to this model (frames only for video; an
-        input image for edit-only models)."""
+        """The configured warm-up fields (``--warmup-request``) that apply to this model
+        (frames only for video); the pipeline declares the rest (``warmup_fields``)."""
         fields = dict(config.warmup_request)
-        if self.modality == "speech":
-            return {}
         if self.modality != "video":
             fields.pop("num_frames", None)
-        if "t2i" not in self.tasks and "t2v" not in self.tasks and "images" not in fields:
-            from PIL import Image
-
-            size = (fields.get("width") or 64, fields.get("height") or 64)
-            fields["images"] = [Image.new("RGB", size, (128, 128, 128))]
         return fields
 
     def check_health(self) -> bool:

@@ -2,7 +2,8 @@
 metrics.
 
 Models load in a background thread after the socket is open, so ``/health`` can say 503 until
-every model is loaded and warmed. Requests are built by :func:`omni_core.requests.build_request`
+every model is loaded and warmed. Requests are built by
+:func:`omni_core.contract.requests.build_request`
 (the one request path of the Python API and the CLI too): the schema, then the pipeline's own
 ``validate`` once, then the operator limits; engines apply back-pressure (429) and run the work.
 """
@@ -15,10 +16,10 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from omni_core.engine import EngineStoppedError, Job
-from omni_core.errors import InvalidRequestError
-from omni_core.pipelines.base import GenerationRequest
-from omni_core.requests import build_request
+from omni_core.contract.errors import EngineStoppedError, InvalidRequestError
+from omni_core.contract.requests import build_request
+from omni_core.contract.types import GenerationRequest
+from omni_core.runtime.jobs import Job
 from omni_core.serving import media
 from omni_core.serving.config import ServerConfig
 from omni_core.serving.errors import APIError, from_exception

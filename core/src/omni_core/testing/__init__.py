@@ -21,13 +21,17 @@ from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
-from omni_core.errors import PluginError
-from omni_core.plugins import ENTRY_POINT_GROUP, PluginHost, set_host
-from omni_core.registry import Registry, Spec
+from omni_core.contract.errors import PluginError
+from omni_core.contract.host import ENTRY_POINT_GROUP, PluginHost, set_host
+from omni_core.contract.registry import Registry, Spec
+from omni_core.testing.faces import PUBLIC_FACES, assert_imports_only_faces, non_face_imports
 
 __all__ = [
+    "PUBLIC_FACES",
+    "assert_imports_only_faces",
     "assert_plugin_discoverable",
     "isolated_host",
+    "non_face_imports",
     "register_plugin",
     "validate_spec_references",
     "write_distribution",
@@ -41,7 +45,7 @@ def isolated_host(*, builtins: bool = True, strict: bool = False) -> Iterator[Pl
     Installed plugins never leak in (no entry points are read), whatever ``OMNI_*`` says; the
     platform selection cache is reset on entry and exit so it follows the isolated registry.
     """
-    from omni_core import platforms
+    from omni_core.contract import platforms
 
     host = PluginHost(autoload=False, allow=None, trace=False, builtins=builtins, strict=strict)
     previous = set_host(host)
@@ -59,7 +63,7 @@ def register_plugin(
     """Register ``plugin`` (an object or module with hook implementations) and build the registry.
 
     With ``strict`` (the default) any problem (unknown hook, failing hook, duplicate name)
-    raises :class:`~omni_core.errors.PluginError` with the host's message.
+    raises :class:`~omni_core.contract.errors.PluginError` with the host's message.
     """
     name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
     info = host.register_object(name, plugin)

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from omni_core.plugins import PluginHost
-from omni_core.registry import Registry
+from omni_core.contract.host import PluginHost
+from omni_core.contract.registry import Registry
 from omni_core.testing import (
     assert_plugin_discoverable,
     isolated_host,

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omni_core import Workload, dtype_kwargs
+from omni_core.bench import Workload
+from omni_core.diffusion import dtype_kwargs
 
 #: Qwen-Image's transformer (20B parameters at 60 blocks).
 _TRANSFORMER: dict[str, Any] = {

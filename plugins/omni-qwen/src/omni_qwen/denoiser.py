@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_core import DenoiserAdapter, SequencePlan
+from omni_core.diffusion import DenoiserAdapter, SequencePlan
 
 #: Qwen-Image's TeaCache polynomial: community values labelled "to be tuned" by their authors,
 #: fitted on the first block's modulated image input; unverified by us. Re-fit them with the

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omni_core import ConfigError, PipelineOptions, load_device
+from omni_core import ConfigError, PipelineOptions
+from omni_core.diffusion import load_device
 from omni_qwen.layout import QwenLayout
 
 
@@ -17,7 +18,8 @@ def load_components(
     """transformer, vae, text_encoder, tokenizer, scheduler (and the VL ``processor`` the edit
     pipelines need). ``options.extra["text_encoder_device"]`` may put the text encoder
     elsewhere (e.g. ``"cpu"``) to leave the GPU to the denoiser. Components to be offloaded
-    (``options.memory.offload``) load on the host; ``omni_core.apply_offload`` places them."""
+    (``options.memory.offload``) load on the host; ``omni_core.diffusion.apply_offload`` places
+    them."""
     from diffusers import (
         AutoencoderKLQwenImage,
         FlowMatchEulerDiscreteScheduler,

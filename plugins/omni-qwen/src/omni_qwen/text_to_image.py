@@ -22,13 +22,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from omni_core import (
+from omni_core import ConfigError, GenerationRequest, GenerationResult, PipelineOptions
+from omni_core.diffusion import (
     AdapterSet,
-    ConfigError,
     DenoiseState,
-    GenerationRequest,
-    GenerationResult,
-    PipelineOptions,
     StagedPipeline,
     VaeMemory,
     activation_bytes,
@@ -109,7 +106,7 @@ class QwenImagePipeline(StagedPipeline):
         self.scheduler = components["scheduler"]
         self.image_processor = VaeImageProcessor(vae_scale_factor=layout.vae_scale_factor * 2)
         self.routing = _route(self.transformer, options)
-        #: Set by from_pretrained: what omni_core.acceleration applied (None: nothing).
+        #: Set by from_pretrained: what omni_core.diffusion.acceleration applied (None: nothing).
         self.accel: Any = None
         self.offload: Any = None
         self.vae_memory = VaeMemory(self.vae, options)

@@ -94,7 +94,7 @@ class DeployConfig(BaseModel):
 
     def server_config(self, model: ModelDeployment) -> Any:
         """The omni ``ServerConfig`` of ``model``'s replicas (validated: ConfigError)."""
-        from omni_core import ServerConfig
+        from omni_core.serving import ServerConfig
 
         try:
             return ServerConfig(models=[model.source()], host=self.host, port=0, **self.server)

@@ -45,7 +45,7 @@ class ModelReplica:
     def __init__(self, source: dict[str, Any], server: dict[str, Any]) -> None:
         import ray
 
-        from omni_core import ServerConfig, create_app
+        from omni_core.serving import ServerConfig, create_app
 
         # The replica's app is never bound to a socket: requests come relayed by the ingress
         # with the client's Host header, judged against the ingress's own bind (``host``).

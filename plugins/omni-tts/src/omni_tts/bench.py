@@ -29,7 +29,8 @@ EXTRAS: dict[str, dict[str, Any]] = {
 
 
 def measure(family: str, runs: int, root: Path) -> dict[str, Any]:
-    from omni_core import Omni, resolve_speech_model
+    from omni_core import Omni
+    from omni_core.speech import resolve_speech_model
 
     if family == "piper":
         ref, kwargs = resolve_speech_model("piper")

@@ -10,14 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from omni_core import (
-    GenerationRequest,
-    ModelNotFoundError,
-    PipelineOptions,
-    StreamingSpeechPipeline,
-    resolve_model_path,
-    split_sentences,
-)
+from omni_core import GenerationRequest, ModelNotFoundError, PipelineOptions
+from omni_core.runtime import resolve_model_path
+from omni_core.speech import StreamingSpeechPipeline, split_sentences
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

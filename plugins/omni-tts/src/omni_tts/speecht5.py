@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from omni_core import ConfigError, GenerationRequest, PipelineOptions, Voice
+from omni_core import ConfigError, GenerationRequest, PipelineOptions
+from omni_core.speech import Voice
 from omni_tts.common import (
     SegmentExtras,
     TransformersSpeechPipeline,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from omni_core import DenoiseState, ScheduleTable
+from omni_core.diffusion import DenoiseState, ScheduleTable
 
 
 def weights_tensor(table: ScheduleTable) -> torch.Tensor:
@@ -29,9 +29,7 @@ def stack_slot(states: list[DenoiseState], key: str, index: int) -> torch.Tensor
     for state in states:
         history = state.data[key]
         parts.append(
-            history[index]
-            if index < len(history)
-            else torch.zeros_like(state.data["samples"][0])
+            history[index] if index < len(history) else torch.zeros_like(state.data["samples"][0])
         )
     return torch.cat(parts)
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omni_core import Workload, dtype_kwargs
+from omni_core.bench import Workload
+from omni_core.diffusion import dtype_kwargs
 
 #: Shared by every Wan transformer size (diffusers' WanTransformer3DModel keywords).
 _TRANSFORMER: dict[str, Any] = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_core import DenoiserAdapter, SequencePlan
+from omni_core.diffusion import DenoiserAdapter, SequencePlan
 
 # TeaCache coefficients for Wan 2.1 are the published "ret_steps" polynomials of TeaCache4Wan2.1
 # (ali-vilab/TeaCache, Liu et al. 2024, "Timestep Embedding Tells: It's Time to Cache for Video

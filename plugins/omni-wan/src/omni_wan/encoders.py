@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from omni_core import VaeMemory, activation_bytes
+from omni_core.diffusion import VaeMemory, activation_bytes
 from omni_wan.layout import WanLayout
 
 

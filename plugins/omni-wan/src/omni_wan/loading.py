@@ -9,13 +9,8 @@ from typing import Any
 
 import torch
 
-from omni_core import (
-    InvalidRequestError,
-    ModelNotFoundError,
-    PipelineOptions,
-    dtype_kwargs,
-    load_device,
-)
+from omni_core import InvalidRequestError, ModelNotFoundError, PipelineOptions
+from omni_core.diffusion import dtype_kwargs, load_device
 from omni_wan.layout import present
 
 
@@ -30,7 +25,7 @@ def load_components(path: Path, options: PipelineOptions) -> dict[str, Any]:
     from transformers import AutoTokenizer, UMT5EncoderModel
 
     index = json.loads((path / "model_index.json").read_text())
-    # On the host when offloaded (omni_core.apply_offload places them after loading).
+    # On the host when offloaded (omni_core.diffusion.apply_offload places them after loading).
     device, dtype = load_device(options), options.dtype
     vae_dtype = parse_dtype(options.extra.get("vae_dtype"), torch.float32)
     components: dict[str, Any] = {}

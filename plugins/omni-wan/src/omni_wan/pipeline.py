@@ -3,7 +3,7 @@
 The models are diffusers' and transformers' own classes (``WanTransformer3DModel``,
 ``AutoencoderKLWan``, ``UMT5EncoderModel``, ``CLIPVisionModel``) loaded from the checkpoint; the
 scheduler is the one its ``scheduler_config.json`` names, turned into a precomputed
-:class:`~omni_core.pipelines.schedule.ScheduleTable` so that :meth:`WanVideoPipeline.step` has
+:class:`~omni_core.diffusion.schedule.ScheduleTable` so that :meth:`WanVideoPipeline.step` has
 no host synchronisation. What this module adds is the orchestration diffusers' ``WanPipeline`` /
 ``WanImageToVideoPipeline`` do inside one ``__call__``, cut into stages, with two speed-ups that
 change no numbers beyond float rounding: classifier-free guidance runs the conditional and
@@ -34,13 +34,15 @@ from typing import Any, ClassVar
 import torch
 
 from omni_core import (
-    AdapterSet,
     ConfigError,
-    DenoiseState,
     GenerationRequest,
     GenerationResult,
     InvalidRequestError,
     PipelineOptions,
+)
+from omni_core.diffusion import (
+    AdapterSet,
+    DenoiseState,
     ScheduleTable,
     StagedPipeline,
     VaeMemory,
@@ -93,7 +95,7 @@ class WanVideoPipeline(StagedPipeline):
         if options.parallel.cfg_parallel_size > 1:
             # CFG parallelism splits the batched [cond; uncond] rows across its two ranks.
             self.cfg_batch = True
-        #: What omni_core.acceleration applied (set by from_pretrained; None: nothing).
+        #: What omni_core.diffusion.acceleration applied (set by from_pretrained; None: nothing).
         self.accel: Any = None
         self.offload: Any = None
         if self.encoders.vae is not None:

@@ -17,7 +17,7 @@ OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
 _IMPL = "omni_wan.pipeline:WanVideoPipeline"
 _EXTRAS = "omni_wan.extras:WanExtras"
-# cfg_parallel / sequence_parallel: omni_core.distributed parallelizes the Wan transformer
+# cfg_parallel / sequence_parallel: omni_core.diffusion.distributed parallelizes the Wan transformer
 # (BatchSplitParallel over the batched CFG rows; the Ulysses plan of omni_wan.denoiser).
 _CAPS = PipelineCapabilities(step_batching=True, cfg_parallel=True, sequence_parallel=True)
 

@@ -93,7 +93,7 @@ def npu_fusion(
 ) -> torch.Tensor:
     """Attention over ``[B, S, H, D]`` on torch_npu's fused kernel (SDPA where it cannot run)."""
     if not kernel_accepts(q, k):
-        from omni_core import sdpa
+        from omni_core.runtime import sdpa
 
         return sdpa(q, k, v, attn_mask=attn_mask, scale=scale)
     import torch_npu

@@ -11,7 +11,7 @@ from __future__ import annotations
 #: torch_npu is built for one torch major.minor (torch_npu 2.5.1 pairs with torch 2.5.1); the
 #: detector checks that pairing from package metadata, without importing either.
 COMPATIBILITY: dict[str, str] = {
-    "omni-core": ">=0.2,<0.3",
+    "omni-core": ">=0.3,<0.4",
     "torch": ">=2.5",
     "torch-npu": ">=2.5.1",
 }

@@ -10,7 +10,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from omni_core import ConfigError, Platform
+from omni_core import ConfigError
+from omni_core.runtime import Platform
 from omni_platform_npu.compat import COMPATIBILITY, SYSTEM_REQUIREMENTS
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -40,7 +40,7 @@ def _sdpa(
     attn_mask: torch.Tensor | None,
     scale: float | None,
 ) -> torch.Tensor:
-    from omni_core import sdpa
+    from omni_core.runtime import sdpa
 
     return sdpa(q, k, v, attn_mask=attn_mask, scale=scale)
 

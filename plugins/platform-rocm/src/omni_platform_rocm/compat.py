@@ -9,7 +9,7 @@ the GPUs are outside pip's view: ``SYSTEM_REQUIREMENTS`` states them and the pla
 from __future__ import annotations
 
 COMPATIBILITY: dict[str, str] = {
-    "omni-core": ">=0.2,<0.3",
+    "omni-core": ">=0.3,<0.4",
     "torch": ">=2.5",
 }
 

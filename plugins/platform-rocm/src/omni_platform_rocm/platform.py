@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from omni_core import ConfigError, CudaPlatform
+from omni_core import ConfigError
+from omni_core.runtime import CudaPlatform
 from omni_platform_rocm import detect
 from omni_platform_rocm.compat import COMPATIBILITY, SYSTEM_REQUIREMENTS
 from omni_platform_rocm.fp8 import fp8_formats, platform_fp8

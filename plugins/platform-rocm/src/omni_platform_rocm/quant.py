@@ -6,7 +6,7 @@ quantizer for ROCm must pick the dtype *and* its range from the GPU: this one as
 data (:mod:`omni_platform_rocm.fp8`) for the architecture's e4m3 format and scales to that
 format's own maximum. Weights get one scale per output row at load time; activations one scale
 per token at run time; the matmul is ``torch._scaled_mm`` (hipBLASLt on ROCm). Lossy: the
-quality cost is what :mod:`omni_core.acceleration.quality` reports for any quantizer.
+quality cost is what :mod:`omni_core.diffusion.acceleration.quality` reports for any quantizer.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from omni_core import Availability, ConfigError, QuantReport
+from omni_core import Availability, ConfigError
+from omni_core.diffusion import QuantReport
 from omni_platform_rocm import detect
 from omni_platform_rocm.fp8 import fp8_formats
 

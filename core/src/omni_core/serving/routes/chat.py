@@ -26,7 +26,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from omni_core.engine import Job
+from omni_core.runtime.jobs import Job
 from omni_core.serving import compat, media
 from omni_core.serving.errors import from_exception, invalid
 from omni_core.serving.http import await_job, diffusion_fields, read_json, request_id, validate

@@ -9,7 +9,7 @@ fields omni does not apply, tools, ...), its ``messages`` become
 - ``modalities: ["text"]`` (OpenAI's default) answers ``message.content``; ``["text", "audio"]``
   adds ``message.audio`` ``{id, data (base64), transcript, expires_at}`` in ``audio.format``
   (wav unless told: mp3, flac, pcm16) spoken in ``audio.voice``. A model loaded without its
-  talker (or a text-only one) answers a 400 naming ``modalities``.
+  speech chain (or a text-only one) answers a 400 naming ``modalities``.
 - ``stream: true`` sends ``chat.completion.chunk`` events: ``delta.content`` text pieces (with
   ``delta.audio.transcript`` the same piece when audio is asked for), ``delta.audio.data``
   pieces of the encoded audio (pcm16 unless told; concatenated, the pieces are the file), the
@@ -44,9 +44,9 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from omni_core.chat.pipeline import ChatPipeline
-from omni_core.chat.types import ChatDelta, ChatUsage
-from omni_core.engine import Job
-from omni_core.pipelines.base import AudioChunk, GenerationResult
+from omni_core.contract.messages import ChatDelta, ChatUsage
+from omni_core.contract.types import AudioChunk, GenerationResult
+from omni_core.runtime.jobs import Job
 from omni_core.serving import chat_inputs, compat, media
 from omni_core.serving.errors import from_exception
 from omni_core.serving.http import await_job, request_id, submit_streaming, validate

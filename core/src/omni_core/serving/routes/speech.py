@@ -16,9 +16,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from omni_core.autoregressive.pipeline import AutoregressiveSpeechPipeline
-from omni_core.engine import Job
-from omni_core.pipelines.base import AudioChunk, GenerationResult, SpeechPipeline
+from omni_core.contract.types import AudioChunk, GenerationResult
+from omni_core.runtime.jobs import Job
 from omni_core.serving import compat, media
 from omni_core.serving.errors import APIError, from_exception
 from omni_core.serving.http import (
@@ -33,6 +32,8 @@ from omni_core.serving.openapi import body_spec
 from omni_core.serving.routes import voices
 from omni_core.serving.schemas import SpeechBody
 from omni_core.serving.state import ServerState
+from omni_core.speech.autoregressive import AutoregressiveSpeechPipeline
+from omni_core.speech.pipeline import SpeechPipeline
 
 log = logging.getLogger("omni.serving")
 
@@ -137,7 +138,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             result = await await_job(served, job, request)
             audio, rate = result.audio, int(result.sample_rate or 0)
             if body.sample_rate is not None and body.sample_rate != rate:
-                from omni_core import audio as dsp
+                from omni_core.media import dsp
 
                 audio, rate = dsp.resample(audio, rate, body.sample_rate), body.sample_rate
             encoded = await asyncio.to_thread(media.encode_audio, audio, rate, fmt)

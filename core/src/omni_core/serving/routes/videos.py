@@ -14,8 +14,8 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from omni_core.pipelines.base import GenerationRequest
-from omni_core.requests import clip_seconds, make_request
+from omni_core.contract.requests import clip_seconds, make_request
+from omni_core.contract.types import GenerationRequest
 from omni_core.serving import compat, media
 from omni_core.serving.errors import APIError, invalid
 from omni_core.serving.http import (

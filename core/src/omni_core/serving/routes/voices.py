@@ -17,13 +17,14 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 
 from omni_core.chat.pipeline import ChatPipeline
-from omni_core.pipelines.base import ReferenceVoice, SpeechPipeline, Voice
+from omni_core.contract.types import ReferenceVoice, Voice
 from omni_core.serving import media
 from omni_core.serving.errors import APIError, from_exception, invalid
 from omni_core.serving.http import form_fields, form_files, read_form, upload_bytes
 from omni_core.serving.models import ServedModel
 from omni_core.serving.state import ServerState
-from omni_core.serving.voices import VoiceStore, check_name, decode_reference
+from omni_core.speech.pipeline import SpeechPipeline
+from omni_core.speech.voices import VoiceStore, check_name, decode_reference
 
 _STORES: weakref.WeakKeyDictionary[ServerState, VoiceStore] = weakref.WeakKeyDictionary()
 _CONSENT_FALSE = {"", "0", "false", "no", "off", "none"}

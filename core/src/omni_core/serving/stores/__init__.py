@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from omni_core.errors import ConfigError
+from omni_core.contract.errors import ConfigError
 from omni_core.serving.stores.base import (
     ACTIVE,
     MAX_RESTARTS,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from omni_core.errors import ConfigError
+from omni_core.contract.errors import ConfigError
 from omni_core.serving.stores.base import OutputStore, StoredObject
 
 #: The folders of an output store: finished videos, the input images of video jobs, the images

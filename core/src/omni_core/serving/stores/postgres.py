@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from omni_core.errors import ConfigError
+from omni_core.contract.errors import ConfigError
 from omni_core.serving.stores.sql import Execute, SQLJobStore
 
 #: pg_advisory_xact_lock key of the schema migrations ("omni" in ASCII).

@@ -1,7 +1,8 @@
 """A chat request's messages -> what a Qwen-Omni processor takes (shared by Qwen2.5-Omni and
 Qwen3-Omni).
 
-The server hands a chat pipeline :class:`omni_core.ChatMessage` objects whose parts hold decoded
+The server hands a chat pipeline :class:`omni_core.chat.ChatMessage` objects whose parts hold
+decoded
 media. transformers' omni processors (``Qwen2_5OmniProcessor``, ``Qwen3OmniMoeProcessor``) take a
 conversation for their chat template, whose content items are ``{"type": "text", "text": ...}``,
 ``{"type": "image"}``, ``{"type": "audio"}`` and ``{"type": "video"}``, and the media themselves
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from omni_core import ChatMessage
+    from omni_core.chat import ChatMessage
 
 
 @dataclass

@@ -7,7 +7,8 @@ model's 22-layer DiT on an H200, over a second per streamed chunk and per row.
 
 transformers' own code stays as it is: its ODE solver, its noise and BigVGAN run eagerly; only
 ``Qwen2_5OmniToken2WavDiTModel.forward`` is captured per input shape and replayed through
-:class:`omni_core.GraphRunner` (no host reads inside it). On an H200 the waveform stayed within
+:class:`omni_core.runtime.GraphRunner` (no host reads inside it). On an H200 the waveform stayed
+within
 1.5e-4 of the eager path's (kernel choice under capture; ``bench/omni_chat_bench.py`` measures
 it); on CPU nothing is captured. The graphed forward is swapped in only inside
 :meth:`GraphedDiT.scope`, around omni's own decode, so nothing else that holds the model
@@ -42,7 +43,7 @@ class GraphedDiT:
     MAX_GRAPHS = 16
 
     def __init__(self, dit: Any, capture: bool) -> None:
-        from omni_core import GraphRunner
+        from omni_core.runtime import GraphRunner
 
         self.dit = dit
         device = next(dit.parameters()).device

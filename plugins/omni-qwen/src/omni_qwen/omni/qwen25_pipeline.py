@@ -37,17 +37,10 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from omni_core import (
-    AutoregressiveChatPipeline,
-    ChunkSchedule,
-    GenerationRequest,
-    InvalidRequestError,
-    PipelineOptions,
-    Sampling,
-    TextStages,
-    TextState,
-    Voice,
-)
+from omni_core import GenerationRequest, InvalidRequestError, PipelineOptions
+from omni_core.chat import AutoregressiveChatPipeline, TextStages, TextState
+from omni_core.runtime import Sampling
+from omni_core.speech import ChunkSchedule, Voice
 
 from .load_options import flag
 from .messages import to_processor_inputs

@@ -3,22 +3,24 @@
 What ``Qwen2_5OmniForConditionalGeneration.generate`` does in three passes (the whole thinker
 answer, then the whole talker answer, then token2wav) runs here as it is written:
 
-- :class:`ThinkerStage` (a :class:`~omni_core.TextStage`): prefill the prompt embeddings (media
+- :class:`ThinkerStage` (a :class:`~omni_core.chat.TextStage`): prefill the prompt embeddings (media
   features already merged by the pipeline) with their mrope positions, then one token per step,
   positions ``cache length + rope delta``. Each step's ``follow`` is what the talker reads for
   the token fed in that step: the thinker's last hidden state at its position plus its
   embedding (transformers' ``thinker_reply_part``); it belongs to the previous token, hence
   ``follow_lag=1``. The prefill leaves the talker's prompt (the prompt's hidden states plus its
   embeddings, media positions zeroed) in ``state.data``.
-- :class:`TalkerFollower` / :class:`TalkerStage` (a :class:`~omni_core.DecoderStage`): the prompt
+- :class:`TalkerFollower` / :class:`TalkerStage` (a :class:`~omni_core.speech.DecoderStage`): the
+prompt
   is that, then the speaker's text-bos embedding and the first reply entry, with the codec pad
   and bos embeddings added to the last two positions; each decode step feeds the previous code's
-  embedding plus the reply entry of its index (:meth:`~omni_core.ReplyBuffer.read`: the text
+  embedding plus the reply entry of its index (:meth:`~omni_core.chat.ReplyBuffer.read`: the text
   eos embedding at the stop token, the pad embedding after it). The repetition penalty runs over
   the codes seen (prompt mask/pad/bos included), the codec bos is suppressed (and ids token2wav
   has no embedding for: never said by a trained talker), the codec pad and end codes stop it.
   ``lead = 2``: the first reply entry exists once two tokens are made.
-- :class:`Token2WavDecoder` (a :class:`~omni_core.ChunkDecoder`): the DiT + BigVGAN, one row at a
+- :class:`Token2WavDecoder` (a :class:`~omni_core.speech.ChunkDecoder`): the DiT + BigVGAN, one row
+at a
   time (its noise is seeded per row, as transformers decodes each sample alone); on CUDA the
   DiT's forward is replayed as CUDA graphs (:mod:`.qwen25_dit_graphs`). A frame carries
   three integers: the code, the speaker's index and the request's noise seed (the codec is not
@@ -30,27 +32,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from omni_core import (
+from omni_core.chat import ReplyBuffer, SpeechFollower, TextStage, TextState, TokenOutput
+from omni_core.runtime import Sampling, apply_repetition_penalty, sample_tokens
+from omni_core.speech import (
     ARState,
     ChunkDecoder,
     ChunkSchedule,
     DecoderStage,
-    ReplyBuffer,
-    Sampling,
-    SpeechFollower,
     SpeechStages,
     StepOutput,
-    TextStage,
-    TextState,
-    TokenOutput,
-    apply_repetition_penalty,
-    sample_tokens,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from omni_core import SlotCache
+    from omni_core.runtime import SlotCache
 
 
 def _mrope(cache: SlotCache, deltas: list[int]) -> torch.Tensor:

@@ -19,7 +19,7 @@ from omni_core import InvalidRequestError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from omni_core import ChatMessage
+    from omni_core.chat import ChatMessage
 
 
 def load_processor(folder: str | Path) -> tuple[Any, bool]:

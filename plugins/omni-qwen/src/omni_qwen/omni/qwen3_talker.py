@@ -11,7 +11,7 @@ done while the thinker writes (transformers' modules throughout):
   plus the codec control embeddings (nothink, think bos / eos, the speaker, pad, bos).
 - :class:`TalkerStage` decodes one frame per step: its input is the sum of the previous
   frame's codebook embeddings plus the projected text of the next reply entry
-  (:meth:`~omni_core.ReplyBuffer.read`: the next token; ``tts_eos`` at the stop token;
+  (:meth:`~omni_core.chat.ReplyBuffer.read`: the next token; ``tts_eos`` at the stop token;
   ``tts_pad`` past it). Codebook 0 is picked with ``generate``'s processing: repetition
   penalty over the codes made, the control ids suppressed (except the end of speech).
 - :class:`CodePredictorStage` fills codebooks 1.. of every row of the step (the code
@@ -28,24 +28,20 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from omni_core import (
+from omni_core.chat import ReplyBuffer, SpeechFollower, TextState
+from omni_core.runtime import Sampling, apply_repetition_penalty, sample_tokens
+from omni_core.speech import (
     ARState,
     ChunkDecoder,
     ChunkSchedule,
     DecoderStage,
     FrameStage,
-    ReplyBuffer,
-    Sampling,
-    SpeechFollower,
     SpeechStages,
     StepOutput,
-    TextState,
-    apply_repetition_penalty,
-    sample_tokens,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from omni_core import SlotCache
+    from omni_core.runtime import SlotCache
 
 
 class Specials:

@@ -18,7 +18,7 @@ reads for that token (``text_projection`` is applied on the talker side), the va
 ``generate()`` collects as ``hidden_states[0]``. Being late, an answer cut by ``max_tokens``
 never speaks its last token, exactly as ``generate()`` does (it feeds ``tts_eos`` there).
 Sampling is the
-core's per-row :func:`~omni_core.sample_tokens` (greedy at temperature 0, like
+core's per-row :func:`~omni_core.runtime.sample_tokens` (greedy at temperature 0, like
 ``generate(do_sample=False)``).
 """
 
@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from omni_core import TextStage, TextState, TokenOutput, sample_tokens
+from omni_core.chat import TextStage, TextState, TokenOutput
+from omni_core.runtime import sample_tokens
 
 if TYPE_CHECKING:  # pragma: no cover
-    from omni_core import SlotCache
+    from omni_core.runtime import SlotCache
 
 #: The processor outputs the thinker model reads, besides ``input_ids``.
 MEDIA_KEYS = (

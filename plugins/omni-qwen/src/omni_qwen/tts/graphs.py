@@ -5,17 +5,17 @@ share are one design, kept in one place.
 The eager stages (:mod:`.stages`) launch a talker step (28 layers) and 15 code-predictor steps
 (5 layers each) op by op for every frame, plus per-row Python; at small batches the GPU waits
 on the host. Here both become one replayed CUDA graph per batch bucket
-(:data:`omni_core.autoregressive.graphs.BATCH_BUCKETS`), through
-:class:`omni_core.GraphRunner`:
+(:data:`omni_core.runtime.graphs.BATCH_BUCKETS`), through
+:class:`omni_core.runtime.GraphRunner`:
 
 - :class:`GraphTalkerStage`: the talker's one-token step over slots ``0..rows-1`` of the
-  runtime's cache (:class:`omni_core.StaticSlotView`, keys padded to a key bucket), the
+  runtime's cache (:class:`omni_core.runtime.StaticSlotView`, keys padded to a key bucket), the
   frame embedding, the official codebook-0 logits processing and sampling inside; row ``i``
   of the graph is cache slot ``i``. Per-request state (tokens seen, frames made, sampling
   settings, trailing text) lives in :class:`SlotTables`, device tensors indexed by slot, so a
   step does no per-row Python and no per-row device writes. Prefill stays eager.
 - :class:`GraphCodePredictorStage`: the whole 15-group frame loop of the code predictor, its
-  short cache in static buffers (:class:`omni_core.StaticKVCache`), sampling inside.
+  short cache in static buffers (:class:`omni_core.runtime.StaticKVCache`), sampling inside.
 
 Sampling is :func:`.stages.sample`, whose draw is the exponential-race form of
 ``torch.multinomial`` (``argmax(p / E)``, ``E ~ Exp(1)``: what ``multinomial`` computes for one
@@ -31,18 +31,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from omni_core import (
-    ARState,
-    FrameStage,
+from omni_core.runtime import (
     GraphRunner,
     SlotCache,
     StaticKVCache,
     StaticSlotView,
-    StepOutput,
     batch_buckets,
     bucket_for,
     key_bucket,
 )
+from omni_core.speech import ARState, FrameStage, StepOutput
 
 from .stages import Sampling, TalkerStage, sample
 

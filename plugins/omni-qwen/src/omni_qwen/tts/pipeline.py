@@ -22,14 +22,11 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from omni_core import (
+from omni_core import ConfigError, GenerationRequest, InvalidRequestError, PipelineOptions
+from omni_core.speech import (
     ARState,
     AutoregressiveSpeechPipeline,
     ChunkSchedule,
-    ConfigError,
-    GenerationRequest,
-    InvalidRequestError,
-    PipelineOptions,
     PreparedVoice,
     ReferenceVoice,
     SpeechStages,

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from omni_core import ARState, ChunkDecoder, DecoderStage, FrameStage, SlotCache, StepOutput
+from omni_core.runtime import SlotCache
+from omni_core.speech import ARState, ChunkDecoder, DecoderStage, FrameStage, StepOutput
 
 if TYPE_CHECKING:  # pragma: no cover
     from .model import Qwen3TTSModel

@@ -1,0 +1,274 @@
+"""TeaCache (timestep-embedding-aware cache): our implementation on diffusers' hook API.
+
+Before block 0 runs, the relative L1 change of the adapter's indicator (the timestep modulation)
+since the last computed step is mapped through the adapter's polynomial and accumulated; while
+the sum stays below ``threshold`` every block is skipped and the whole stack's last residual is
+reused. The indicator and the polynomial are model knowledge: the denoiser's model plugin
+registers them in its :class:`~omni_core.diffusion.denoisers.DenoiserAdapter`
+(``teacache_indicator``, ``teacache_coefficients``, ``teacache_source``).
+
+Options: ``threshold`` (0.2), ``warmup_steps`` (1, always computed), ``coefficients``
+(comma-separated, overrides the adapter's).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from omni_core.diffusion.acceleration.cache.base import (
+    CacheBackend,
+    CacheHandle,
+    check_options,
+    diffusers_hooks,
+    finish_apply,
+    floats,
+    option,
+)
+from omni_core.diffusion.denoisers import block_list
+
+if TYPE_CHECKING:  # pragma: no cover
+    from omni_core.contract.config import CacheConfig
+    from omni_core.diffusion.denoisers import DenoiserAdapter
+
+OPTIONS = frozenset({"threshold", "warmup_steps", "coefficients"})
+_TEA_HEAD = "omni_teacache_head"
+_TEA_BLOCK = "omni_teacache_block"
+
+
+@dataclass(frozen=True)
+class TeaCacheConfig:
+    """TeaCache's settings. ``coefficients`` None: the adapter's calibrated polynomial."""
+
+    threshold: float = 0.2
+    warmup_steps: int = 1
+    coefficients: tuple[float, ...] | None = None
+
+
+def teacache_config(config: CacheConfig) -> TeaCacheConfig:
+    """``cache.options`` checked and typed."""
+    check_options(config, OPTIONS, TeaCache.name)
+    coefficients = floats(config.options.get("coefficients"), "coefficients")
+    return TeaCacheConfig(
+        threshold=option(config, "threshold", 0.2, float),
+        warmup_steps=option(config, "warmup_steps", 1, int),
+        coefficients=coefficients or None,
+    )
+
+
+def apply_teacache(module: Any, cfg: TeaCacheConfig, adapter: DenoiserAdapter) -> CacheHandle:
+    """Install the head hook on block 0 and pass-through hooks on the other blocks."""
+    coefficients = cfg.coefficients or adapter.teacache_coefficients
+    blocks = [b for _, b in block_list(module, adapter)]
+    hooks = diffusers_hooks()
+    head_cls, block_cls = _tea_hooks()
+    manager = hooks.StateManager(_TeaState, (), {})
+    head = head_cls(manager, adapter, tuple(coefficients), cfg.threshold, cfg.warmup_steps)
+    hooks.HookRegistry.check_if_exists_or_initialize(blocks[0]).register_hook(head, _TEA_HEAD)
+    for i, block in enumerate(blocks[1:], start=1):
+        hook = block_cls(manager, is_tail=i == len(blocks) - 1)
+        hooks.HookRegistry.check_if_exists_or_initialize(block).register_hook(hook, _TEA_BLOCK)
+    if len(blocks) == 1:
+        head.is_tail = True
+    handle = CacheHandle(
+        backend=TeaCache.name,
+        module=module,
+        adapter=adapter,
+        probe=lambda: not manager.get_state().should_compute,
+        options={
+            "threshold": cfg.threshold,
+            "warmup_steps": cfg.warmup_steps,
+            "coefficients": list(coefficients),
+            "coefficients_source": "user" if cfg.coefficients else adapter.teacache_source,
+        },
+    )
+    return finish_apply(handle, (_TEA_HEAD, _TEA_BLOCK))
+
+
+class TeaCache(CacheBackend):
+    """TeaCache on diffusers' hook API (how it decides: the module docstring)."""
+
+    name = "teacache"
+    options = OPTIONS
+
+    def apply(self, module: Any, config: CacheConfig, adapter: DenoiserAdapter) -> CacheHandle:
+        return apply_teacache(module, teacache_config(config), adapter)
+
+
+class _TeaState:
+    """Per-context TeaCache state: last indicator, accumulated distance, residuals of the stack."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.step = 0
+        self.previous_indicator: Any = None
+        self.accumulated = 0.0
+        self.should_compute = True
+        self.head_input: Any = None
+        self.head_encoder_input: Any = None
+        self.residual: Any = None
+        self.encoder_residual: Any = None
+
+
+def _block_metadata(block: Any) -> Any:
+    from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
+    from diffusers.utils.torch_utils import unwrap_module
+
+    try:
+        return TransformerBlockRegistry.get(unwrap_module(block).__class__)
+    except ValueError:
+        meta = TransformerBlockMetadata(return_hidden_states_index=0)
+        meta._cls = type(unwrap_module(block))
+        return meta
+
+
+def _split_output(output: Any, meta: Any) -> tuple[Any, Any]:
+    if isinstance(output, tuple):
+        enc = (
+            output[meta.return_encoder_hidden_states_index]
+            if meta.return_encoder_hidden_states_index is not None
+            else None
+        )
+        return output[meta.return_hidden_states_index], enc
+    return output, None
+
+
+def _join_output(hidden: Any, encoder: Any, meta: Any, like: Any) -> Any:
+    if meta.return_encoder_hidden_states_index is None:
+        return hidden
+    size = max(meta.return_hidden_states_index, meta.return_encoder_hidden_states_index) + 1
+    out: list[Any] = [None] * size
+    out[meta.return_hidden_states_index] = hidden
+    out[meta.return_encoder_hidden_states_index] = encoder
+    return tuple(out)
+
+
+@functools.cache
+def _tea_hooks() -> tuple[type, type]:
+    """The two ModelHook subclasses, built on first use (importing this module needs no
+    diffusers)."""
+    hooks = diffusers_hooks()
+
+    class TeaHeadHook(hooks.ModelHook):
+        _is_stateful = True
+
+        def __init__(
+            self,
+            state_manager: Any,
+            adapter: DenoiserAdapter,
+            coefficients: tuple[float, ...],
+            threshold: float,
+            warmup: int,
+        ) -> None:
+            super().__init__()
+            self.state_manager = state_manager
+            self.adapter = adapter
+            self.coefficients = coefficients
+            self.threshold = threshold
+            self.warmup = warmup
+            self.is_tail = False
+            self.meta: Any = None
+
+        def initialize_hook(self, module: Any) -> Any:
+            self.meta = _block_metadata(module)
+            return module
+
+        def _indicator(self, module: Any, args: tuple, kwargs: dict) -> Any:
+            ind = self.adapter.teacache_indicator
+            if callable(ind):
+                return ind(module, args, kwargs)
+            return self.meta._get_parameter_from_args_kwargs(ind, args, kwargs)
+
+        def _decide(self, state: _TeaState, indicator: Any) -> bool:
+            # One scalar read per denoiser call: the skip decision has to be made on the host.
+            if (
+                state.previous_indicator is None
+                or state.step < self.warmup
+                or state.residual is None
+            ):
+                return True
+            prev = state.previous_indicator
+            rel = (
+                (indicator.float() - prev.float()).abs().mean()
+                / prev.float().abs().mean().clamp_min(1e-12)
+            ).item()
+            change = 0.0
+            for c in self.coefficients:
+                change = change * rel + c
+            state.accumulated += abs(change)
+            if state.accumulated < self.threshold:
+                return False
+            return True
+
+        def new_forward(self, module: Any, *args: Any, **kwargs: Any) -> Any:
+            state: _TeaState = self.state_manager.get_state()
+            indicator = self._indicator(module, args, kwargs).detach()
+            compute = self._decide(state, indicator)
+            state.should_compute = compute
+            state.previous_indicator = indicator
+            state.step += 1
+            hidden = self.meta._get_parameter_from_args_kwargs("hidden_states", args, kwargs)
+            encoder = None
+            if self.meta.return_encoder_hidden_states_index is not None:
+                encoder = self.meta._get_parameter_from_args_kwargs(
+                    "encoder_hidden_states", args, kwargs
+                )
+            if not compute:
+                out_hidden = hidden + state.residual
+                out_encoder = (
+                    encoder + state.encoder_residual
+                    if encoder is not None and state.encoder_residual is not None
+                    else encoder
+                )
+                return _join_output(out_hidden, out_encoder, self.meta, None)
+            state.accumulated = 0.0
+            state.head_input = hidden
+            state.head_encoder_input = encoder
+            output = self.fn_ref.original_forward(*args, **kwargs)
+            if self.is_tail:
+                out_hidden, out_encoder = _split_output(output, self.meta)
+                state.residual = out_hidden - hidden
+                state.encoder_residual = None if encoder is None else out_encoder - encoder
+            return output
+
+        def reset_state(self, module: Any) -> Any:
+            self.state_manager.reset()
+            return module
+
+    class TeaBlockHook(hooks.ModelHook):
+        def __init__(self, state_manager: Any, is_tail: bool = False) -> None:
+            super().__init__()
+            self.state_manager = state_manager
+            self.is_tail = is_tail
+            self.meta: Any = None
+
+        def initialize_hook(self, module: Any) -> Any:
+            self.meta = _block_metadata(module)
+            return module
+
+        def new_forward(self, module: Any, *args: Any, **kwargs: Any) -> Any:
+            state: _TeaState = self.state_manager.get_state()
+            if not state.should_compute:
+                # The head already returned the cached result: pass the inputs through.
+                hidden = self.meta._get_parameter_from_args_kwargs("hidden_states", args, kwargs)
+                encoder = None
+                if self.meta.return_encoder_hidden_states_index is not None:
+                    encoder = self.meta._get_parameter_from_args_kwargs(
+                        "encoder_hidden_states", args, kwargs
+                    )
+                return _join_output(hidden, encoder, self.meta, None)
+            output = self.fn_ref.original_forward(*args, **kwargs)
+            if self.is_tail:
+                out_hidden, out_encoder = _split_output(output, self.meta)
+                state.residual = out_hidden - state.head_input
+                state.encoder_residual = (
+                    None
+                    if state.head_encoder_input is None or out_encoder is None
+                    else out_encoder - state.head_encoder_input
+                )
+            return output
+
+    return TeaHeadHook, TeaBlockHook

@@ -1,0 +1,148 @@
+"""What the core may know about one denoiser class, supplied by the plugin that owns it.
+
+Acceleration (regional compile, quantization scoped to the repeated blocks, fused QKV, step
+caches) and parallelism (Ulysses sequence parallelism) work on any denoiser module, but each
+needs a few facts about its class: which ModuleLists hold the repeated blocks, whether QKV
+fusion is exact, how TeaCache reads its indicator and which polynomial calibrates it, and how a
+block's inputs are cut along the sequence. A model plugin states them once, as a
+:class:`DenoiserAdapter`, and registers it with ``omni_register_denoisers``::
+
+    @hookimpl
+    def omni_register_denoisers(register):
+        register(DenoiserSpec(name="wan-transformer", architectures=("WanTransformer3DModel",),
+                              implementation="omni_wan.denoiser:wan_adapter"))
+
+The core keeps no tables of its own: a class nobody registered gets :func:`generic_adapter`,
+derived from its structure (block lists, no calibration, no sequence plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from omni_core.contract.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from omni_core.contract.registry import Registry
+
+#: Names of ModuleLists that hold repeated transformer blocks (diffusers' conventions).
+BLOCK_LIST_NAMES: tuple[str, ...] = (
+    "blocks",
+    "transformer_blocks",
+    "single_transformer_blocks",
+    "layers",
+)
+
+#: ``(block0, args, kwargs) -> Tensor``: TeaCache's indicator, computed from block 0's inputs.
+Indicator = Callable[["torch.nn.Module", tuple, dict], "torch.Tensor"]
+
+
+@dataclass(frozen=True)
+class SequencePlan:
+    """Where Ulysses cuts one denoiser class.
+
+    ``blocks`` names the ModuleList of repeated blocks. ``shard_inputs(sp, args, kwargs, first)``
+    returns a block's ``(args, kwargs)`` with the per-token inputs cut to this rank's shard
+    (``first`` is True for the first block, whose hidden states are still whole; later blocks
+    receive shards already). ``gather_output(sp, output)`` reassembles the last block's
+    output. ``sp`` is the :class:`omni_core.diffusion.distributed.ulysses.SequenceParallel` of the
+    rank
+    (``sp.shard``, ``sp.slice``, ``sp.gather``).
+    """
+
+    blocks: str
+    shard_inputs: Callable[..., tuple[tuple, dict]]
+    gather_output: Callable[[Any, Any], Any]
+
+
+@dataclass(frozen=True)
+class DenoiserAdapter:
+    """The facts about one denoiser architecture that acceleration and parallelism use.
+
+    ``teacache_indicator`` is either the name of a block-0 forward argument whose relative change
+    across steps drives TeaCache (``"temb"``: the timestep modulation), or a callable
+    ``(block0, args, kwargs) -> Tensor``. ``teacache_coefficients`` are numpy-``polyval``
+    coefficients (highest power first) mapping that raw relative L1 change to the expected change
+    of the output; ``(1.0, 0.0)`` is the identity. ``mag_ratios`` are MagCache's per-step
+    magnitude ratios. ``fuse_qkv`` says whether the class's attention processors honour
+    ``fuse_projections`` exactly. ``sequence_plan`` enables Ulysses for the class.
+    ``cache_dit_pattern`` names the ``cache_dit.ForwardPattern`` of one block (how it takes and
+    returns hidden and text states), for the optional DBCache backend.
+    """
+
+    architecture: str
+    blocks: tuple[str, ...] = ("blocks",)
+    fuse_qkv: bool = False
+    teacache_indicator: str | Indicator = "temb"
+    teacache_coefficients: tuple[float, ...] = (1.0, 0.0)
+    teacache_source: str = "uncalibrated identity polynomial"
+    mag_ratios: tuple[float, ...] | None = None
+    mag_source: str = ""
+    sequence_plan: SequencePlan | None = None
+    cache_dit_pattern: str = "Pattern_2"
+    notes: str = ""
+
+
+def generic_adapter(module: Any) -> DenoiserAdapter:
+    """An adapter from the module's structure alone: its block lists, no calibration data."""
+    import torch
+
+    names = tuple(
+        name
+        for name, child in module.named_children()
+        if name in BLOCK_LIST_NAMES and isinstance(child, torch.nn.ModuleList) and len(child)
+    )
+    return DenoiserAdapter(architecture=type(module).__name__, blocks=names or ("blocks",))
+
+
+class DenoiserWrapper:
+    """A wrapper that stands in for a denoiser (e.g. a parallel wrapper): the core looks up
+    facts by the class of :attr:`model`, the module it wraps."""
+
+    model: Any
+
+
+def resolve_denoiser(module: Any, registry: Registry | None = None) -> DenoiserAdapter:
+    """The adapter for ``module``: the registered :class:`DenoiserSpec` of its class, else generic.
+
+    A :class:`DenoiserWrapper` is looked up by the class it wraps.
+    """
+    if isinstance(module, DenoiserWrapper):
+        module = module.model
+    if registry is None:
+        from omni_core.contract.host import get_registry
+
+        registry = get_registry()
+    name = type(module).__name__
+    spec = registry.denoiser_for(name)
+    if spec is None:
+        return generic_adapter(module)
+    found = spec.load()
+    adapter = found if isinstance(found, DenoiserAdapter) else found(module)
+    if not isinstance(adapter, DenoiserAdapter):
+        raise ConfigError(
+            f"denoiser spec {spec.name!r} (plugin {spec.plugin}) gave {adapter!r} for {name}, "
+            "not a DenoiserAdapter"
+        )
+    return adapter
+
+
+def block_list(module: Any, adapter: DenoiserAdapter) -> list[tuple[str, Any]]:
+    """``(qualified name, block)`` for every repeated block the adapter names, in call order."""
+    import torch
+
+    out: list[tuple[str, Any]] = []
+    for list_name in adapter.blocks:
+        blocks = getattr(module, list_name, None)
+        if isinstance(blocks, torch.nn.ModuleList):
+            out.extend((f"{list_name}.{i}", b) for i, b in enumerate(blocks))
+    if not out:
+        raise ConfigError(
+            f"no repeated blocks found in {type(module).__name__} (looked for {adapter.blocks}); "
+            "its model plugin should register a DenoiserSpec (omni_register_denoisers)"
+        )
+    return out

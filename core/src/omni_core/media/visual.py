@@ -1,0 +1,130 @@
+"""Image and video encoders: PNG through Pillow, MP4 (H.264) through PyAV (FFmpeg's libraries).
+
+Both take what pipelines return (PIL images; ``uint8`` video ``[frames, height, width, 3]``)
+and write either to a path or to bytes, so the CLI and the server share one implementation.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omni_core.contract.errors import InvalidRequestError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    from PIL import Image
+
+VIDEO_FORMATS = ("mp4",)
+IMAGE_FORMATS = ("png", "jpeg", "webp")
+
+
+def encode_png(image: Image.Image) -> bytes:
+    """PNG bytes of ``image``."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def encode_image(image: Image.Image, fmt: str = "png") -> bytes:
+    """``image`` as PNG, JPEG or WebP bytes."""
+    fmt = fmt.lower().replace("jpg", "jpeg")
+    if fmt not in IMAGE_FORMATS:
+        raise InvalidRequestError(
+            f"unknown image format {fmt!r}; use one of {', '.join(IMAGE_FORMATS)}",
+            param="output_format",
+        )
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt.upper())
+    return buffer.getvalue()
+
+
+def video_to_images(video: np.ndarray) -> list[Image.Image]:
+    """Frames of a ``uint8 [F, H, W, 3]`` video as PIL images."""
+    from PIL import Image
+
+    return [Image.fromarray(frame) for frame in _check_video(video)]
+
+
+def encode_mp4(video: np.ndarray, fps: int = 16, *, crf: int = 18, preset: str = "medium") -> bytes:
+    """H.264 MP4 bytes of a ``uint8 [F, H, W, 3]`` video (yuv420p; odd sizes are padded)."""
+    buffer = io.BytesIO()
+    _write_mp4(buffer, video, fps, crf=crf, preset=preset)
+    return buffer.getvalue()
+
+
+def save_video(video: np.ndarray, path: str | os.PathLike[str], fps: int = 16) -> Path:
+    """Write ``video`` to ``path``: MP4 by default, a PNG per frame if ``path`` ends in ``/``."""
+    target = Path(path)
+    if str(path).endswith(os.sep) or target.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        for i, image in enumerate(video_to_images(video)):
+            image.save(target / f"frame_{i:05d}.png")
+        return target
+    suffix = target.suffix.lower().lstrip(".")
+    if suffix not in VIDEO_FORMATS:
+        raise InvalidRequestError(
+            f"cannot write video as {suffix or 'a file without extension'!r}; use .mp4",
+            param="output",
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "wb") as handle:
+        _write_mp4(handle, video, fps)
+    return target
+
+
+def save_image(image: Image.Image, path: str | os.PathLike[str]) -> Path:
+    """Write ``image`` in the format its extension names (png, jpg, webp)."""
+    target = Path(path)
+    suffix = target.suffix.lower().lstrip(".") or "png"
+    data = encode_image(image, suffix)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    return target
+
+
+def decode_mp4(data: bytes | str | os.PathLike[str]) -> np.ndarray:
+    """Frames of an MP4 as ``uint8 [F, H, W, 3]`` (for tests and round trips)."""
+    import av
+    import numpy as np
+
+    source: Any = io.BytesIO(data) if isinstance(data, bytes) else str(data)
+    with av.open(source) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    return np.stack(frames)
+
+
+def _check_video(video: Any) -> np.ndarray:
+    import numpy as np
+
+    array = np.asarray(video)
+    if array.ndim != 4 or array.shape[-1] != 3 or array.dtype != np.uint8:
+        raise ValueError(
+            f"video must be uint8 [frames, height, width, 3], got {array.dtype} {array.shape}"
+        )
+    return array
+
+
+def _write_mp4(handle: Any, video: Any, fps: int, *, crf: int = 18, preset: str = "medium") -> None:
+    import av
+    import numpy as np
+
+    array = _check_video(video)
+    _, height, width, _ = array.shape
+    # yuv420p needs even sizes: pad by repeating the last row / column.
+    pad_h, pad_w = height % 2, width % 2
+    if pad_h or pad_w:
+        array = np.pad(array, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge")
+    with av.open(handle, mode="w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=int(fps))
+        stream.width = width + pad_w
+        stream.height = height + pad_h
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"crf": str(crf), "preset": preset}
+        for frame in array:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)

@@ -1,1 +1,0 @@
-"""Pipeline protocols, the shared request/result types and the staged runtime."""

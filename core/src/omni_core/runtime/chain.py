@@ -1,0 +1,210 @@
+"""The autoregressive runtime: step-level continuous batching over a chain of stages.
+
+One :class:`ARRuntime` serves one loaded pipeline. :meth:`ARRuntime.open` queues a prepared
+request and returns its :class:`SpeechStream`; each :meth:`ARRuntime.step` then
+
+1. drops streams that were cancelled or ran past their deadline (they leave between steps),
+2. runs one ``decode`` of the decoder stage for every request already in flight, batched, and
+   the ``prefill`` of the requests that join now (while cache slots are free; one forward per
+   prompt length),
+3. runs the frame stages over all rows of the step at once,
+4. and, for each request whose chunk is due (:class:`~omni_core.runtime.ChunkSchedule`),
+   reads its stop flags back (the only host synchronisation, once per handed-out chunk), cuts
+   the frames at the stop, decodes them with left context and hands the audio delta out.
+
+Nothing else reads device values: frame counts, cache lengths and chunk boundaries are known on
+the host. The engine's worker calls :meth:`step` once per loop iteration, so concurrent requests
+share decode steps; without an engine, iterating a stream steps the runtime itself (any number
+of threads may do so: steps are serialised by a lock and advance every open stream).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from omni_core.contract.types import AudioChunk
+from omni_core.runtime.slots import SlotRuntime, SlotStream
+from omni_core.runtime.stages import ARState, SpeechStages, StepOutput
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import torch
+
+    from omni_core.media.dsp import SpeechPostprocessor
+
+log = logging.getLogger("omni.autoregressive")
+
+
+class SpeechStream(SlotStream[AudioChunk]):
+    """One request in an :class:`ARRuntime`: its audio deltas as they are handed out
+    (iterate it, or :meth:`poll` it while the engine steps the runtime)."""
+
+    def __init__(
+        self,
+        runtime: ARRuntime,
+        state: ARState,
+        post: SpeechPostprocessor | None,
+        deadline: float | None,
+    ) -> None:
+        super().__init__(runtime, state, deadline)
+        self.runtime: ARRuntime = runtime
+        self.state: ARState = state
+        self.post = post
+        self.context: torch.Tensor | None = None  # [codebooks, frames] already decoded
+        self.codes: list[torch.Tensor] = []  # [codebooks, frames] pieces handed out
+
+    def all_codes(self) -> torch.Tensor:
+        """``[codebooks, frames]`` every frame handed out so far (up to the stop)."""
+        import torch
+
+        return torch.cat(self.codes, dim=1) if self.codes else torch.zeros(0, 0)
+
+    def _push(self, native: np.ndarray, *, last: bool) -> None:
+        import numpy as np
+
+        pieces = [native] if self.post is None else [self.post.process(native)]
+        if last and self.post is not None:
+            pieces.append(self.post.flush())
+        rate = self.post.sample_rate if self.post is not None else self.runtime.sample_rate
+        for piece in pieces:
+            if piece.size:
+                samples = np.ascontiguousarray(piece, dtype=np.float32)
+                self.ready.append(AudioChunk(samples=samples, sample_rate=rate))
+
+
+class ARRuntime(SlotRuntime[SpeechStream]):
+    """Serve the :class:`~omni_core.runtime.SpeechStages` of one pipeline (module doc)."""
+
+    prompt_param = "input"
+
+    def __init__(self, stages: SpeechStages, *, max_batch: int = 64, device: Any = "cpu") -> None:
+        super().__init__(
+            stages.decoder, StepOutput.cat, max_batch=max_batch, max_len=stages.max_len,
+            device=device,
+        )  # fmt: skip
+        self.stages = stages
+        self.sample_rate = stages.codec.sample_rate
+
+    def open(
+        self,
+        state: ARState,
+        post: SpeechPostprocessor | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> SpeechStream:
+        """Queue ``state``; it joins at the next step with a free slot."""
+        return self._queue(SpeechStream(self, state, post, self.deadline(timeout_s)))
+
+    def _fit(self, state: ARState, length: int) -> None:
+        state.max_frames = min(state.max_frames, self.stages.max_len - length)
+
+    def _joined(self, stream: SpeechStream) -> None:
+        left, context = self.stages.codec.left_context, stream.state.codec_context
+        if context is not None and left:
+            stream.context = context[:, -left:]
+
+    def _released(self, stream: SpeechStream) -> None:
+        stream.context = None
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Advance every open stream by one frame (see the module docstring)."""
+        import torch
+
+        with self.lock, torch.inference_mode():
+            self._drop_expired()
+            rows, out = self._forward(list(self._active))
+            if not rows:
+                return
+            states = [s.state for s in rows]
+            try:
+                for stage in self.stages.frame_stages:
+                    out = stage.run(states, out)
+            except Exception as exc:
+                log.exception("frame stage failed for %d requests", len(rows))
+                for stream in rows:
+                    self._fail(stream, exc)
+                return
+            self._keep(rows, out)
+            due, checks = [], []
+            for stream in rows:
+                stream.state.frames += 1
+                schedule = stream.state.schedule or self.stages.schedule
+                target = schedule.target(stream.chunks)
+                if len(stream.pending) >= target or stream.state.frames >= stream.state.max_frames:
+                    due.append(stream)
+                elif len(stream.pending) % max(schedule.check, 1) == 0:
+                    checks.append(stream)
+            if due or checks:
+                self._hand_out(due, checks)
+
+    def _hand_out(self, due: list[SpeechStream], checks: list[SpeechStream] | None = None) -> None:
+        """Read the stop flags of the due chunks and of the streams ``checks`` names (one sync),
+        decode and hand out the audio of the due ones and of checked ones that stopped."""
+        import torch
+
+        checks = checks or []
+        read = [*due, *checks]
+        flags = torch.cat([torch.cat([r.stop for r in s.pending]) for s in read])
+        host = flags.to("cpu").tolist()
+        self.syncs += 1
+        offset, work = 0, []
+        checked = set(map(id, checks))
+        for stream in read:
+            count = len(stream.pending)
+            mine = host[offset : offset + count]
+            offset += count
+            if id(stream) in checked and True not in mine:
+                continue  # not due and not stopped: its frames wait for their chunk
+            keep = mine.index(True) if True in mine else count
+            ended = keep < count or stream.state.frames >= stream.state.max_frames
+            codes = torch.cat([r.tokens for r in stream.pending[:keep]]).T if keep else None
+            stream.pending = []
+            work.append((stream, codes, ended))
+        # one codec call per group of equal shapes (context frames, new frames)
+        groups: dict[tuple[int, int], list[tuple[SpeechStream, torch.Tensor, bool]]] = {}
+        for stream, codes, ended in work:
+            if codes is None:
+                self._finish(stream, None)
+                continue
+            context = 0 if stream.context is None else stream.context.shape[1]
+            groups.setdefault((context, codes.shape[1]), []).append((stream, codes, ended))
+        for (context, _), members in groups.items():
+            self._decode_audio(context, members)
+
+    def _decode_audio(
+        self, context: int, members: list[tuple[SpeechStream, torch.Tensor, bool]]
+    ) -> None:
+        import torch
+
+        codec = self.stages.codec
+        inputs = []
+        for stream, codes, _ in members:
+            full = codes if stream.context is None else torch.cat([stream.context, codes], dim=1)
+            inputs.append(full)
+            keep = codec.left_context
+            stream.context = full[:, full.shape[1] - keep :] if keep else None
+            stream.codes.append(codes)
+        try:
+            audio = codec.decode(torch.stack(inputs), context).float().to("cpu").numpy()
+        except Exception as exc:
+            log.exception("codec failed for %d requests", len(members))
+            for stream, _, _ in members:
+                self._fail(stream, exc)
+            return
+        for row, (stream, _, ended) in enumerate(members):
+            stream.chunks += 1
+            if ended:
+                self._finish(stream, audio[row])
+            else:
+                stream._push(audio[row], last=False)
+
+    def _finish(self, stream: SpeechStream, audio: np.ndarray | None) -> None:
+        import numpy as np
+
+        stream._push(audio if audio is not None else np.zeros(0, np.float32), last=True)
+        if stream in self._active:
+            self._release(stream)
+        stream.finished = True
