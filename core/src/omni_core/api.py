@@ -252,6 +252,7 @@ class Omni:
             ),
             extra=options,
             spec=self.spec,
+            registry=registry,
         )
         t0 = time.perf_counter()
         if parallel.cfg_parallel_size * parallel.ulysses_degree > 1:

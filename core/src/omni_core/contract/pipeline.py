@@ -40,9 +40,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from omni_core.contract.attention import AttentionRouter
     from omni_core.contract.collect import Collector
     from omni_core.contract.platforms import Platform
-    from omni_core.contract.registry import PipelineSpec
+    from omni_core.contract.registry import PipelineSpec, Registry
 
 D = TypeVar("D")  # a delta a stream hands out (AudioChunk, ChatDelta)
+
+
+def _host_registry() -> Registry:
+    from omni_core.contract.host import get_registry
+
+    return get_registry()
 
 
 class Adapters(ABC):
@@ -85,6 +91,9 @@ class PipelineOptions:
     extra: dict[str, Any] = field(default_factory=dict)
     #: The registered spec being loaded (its capabilities bound what acceleration may do).
     spec: PipelineSpec | None = None
+    #: The registry the pipeline is loaded from: acceleration and parallelism look their
+    #: backends and denoiser facts up here (default: the process's plugin host).
+    registry: Registry = field(default_factory=_host_registry)
 
 
 class Pipeline(ABC):

@@ -106,17 +106,13 @@ class DenoiserWrapper:
     model: Any
 
 
-def resolve_denoiser(module: Any, registry: Registry | None = None) -> DenoiserAdapter:
+def resolve_denoiser(module: Any, registry: Registry) -> DenoiserAdapter:
     """The adapter for ``module``: the registered :class:`DenoiserSpec` of its class, else generic.
 
     A :class:`DenoiserWrapper` is looked up by the class it wraps.
     """
     if isinstance(module, DenoiserWrapper):
         module = module.model
-    if registry is None:
-        from omni_core.contract.host import get_registry
-
-        registry = get_registry()
     name = type(module).__name__
     spec = registry.denoiser_for(name)
     if spec is None:

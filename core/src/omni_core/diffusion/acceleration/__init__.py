@@ -185,10 +185,7 @@ def apply_acceleration(
     Raises ConfigError before touching anything when a setting cannot be honoured.
     """
     t0 = time.perf_counter()
-    if registry is None:
-        from omni_core.contract.host import get_registry
-
-        registry = get_registry()
+    registry = registry or options.registry
     report = AccelerationReport()
     present = {k: v for k, v in components.items() if v is not None}
     denoisers = [k for k in present if k in DENOISERS]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core.contract.errors import ConfigError
-from omni_core.contract.registry import Availability
+from omni_core.contract.registry import Availability, Registry
 
 #: Qualified-name fragments never quantized by default.
 EXCLUDE = re.compile(
@@ -275,16 +275,12 @@ def quantize_components(
     targets: tuple[str, ...],
     *,
     block_lists: dict[str, tuple[str, ...]] | None = None,
-    registry: Any = None,
+    registry: Registry,
     device_type: str | None = None,
 ) -> list[QuantReport]:
     """Quantize the named ``targets`` among ``components`` with the registered ``method``."""
     from omni_core.contract.registry import load_object
 
-    if registry is None:
-        from omni_core.contract.host import get_registry
-
-        registry = get_registry()
     spec = registry.quantizers.get(method)
     if spec is None:
         known = ", ".join(sorted(registry.quantizers)) or "none"

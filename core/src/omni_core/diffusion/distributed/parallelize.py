@@ -142,6 +142,10 @@ def parallelize_denoiser(
     done = getattr(model, "_omni_parallel_wrapper", None)
     if done is not None:  # idempotent: asking twice gives the same wrapper
         return done
+    if registry is None:
+        from omni_core.contract.host import get_registry
+
+        registry = get_registry()
     result = _parallelize(model, router, state, registry)
     model._omni_parallel_wrapper = result  # type: ignore[attr-defined]
     return result
@@ -154,7 +158,7 @@ def sequence_parallel_of(model: Any) -> SequenceParallel | None:
 
 
 def _parallelize(
-    model: Any, router: AttentionRouter | None, state: ParallelState, registry: Registry | None
+    model: Any, router: AttentionRouter | None, state: ParallelState, registry: Registry
 ) -> Any:
     if state.sequence_parallel:
         name = type(model).__name__

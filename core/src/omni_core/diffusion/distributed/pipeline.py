@@ -93,6 +93,7 @@ class PipelineProgram(WorkerProgram):
             parallel=self.parallel,
             extra=self.extra,
             spec=spec,
+            registry=registry,
         )
         pipeline = spec.load().from_pretrained(self.path, options)
         pipeline.spec = spec

@@ -310,7 +310,7 @@ def apply_cache(
     module: Any,
     config: CacheConfig,
     *,
-    registry: Registry | None = None,
+    registry: Registry,
     allowed: tuple[str, ...] = (),
     adapter: DenoiserAdapter | None = None,
 ) -> CacheHandle | None:
@@ -322,10 +322,6 @@ def apply_cache(
     """
     if not config.backend:
         return None
-    if registry is None:
-        from omni_core.contract.host import get_registry
-
-        registry = get_registry()
     spec = registry.cache_backends.get(config.backend)
     if spec is None:
         known = ", ".join(sorted(registry.cache_backends)) or "none"
