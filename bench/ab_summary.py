@@ -15,18 +15,20 @@ from pathlib import Path
 from typing import Any
 
 
-def _metrics(data: dict[str, Any]) -> dict[str, float]:
-    out: dict[str, float] = {}
+def _metrics(data: dict[str, Any]) -> dict[str, list[float]]:
+    """Each metric's values in one result file (a level repeated in ``--concurrency`` gives
+    several)."""
+    out: dict[str, list[float]] = {}
     results = data.get("results")
     if isinstance(results, dict):  # wan_step.py
         for mode, row in results.items():
             if isinstance(row, dict) and "median_s" in row:
-                out[f"{mode}.median_s"] = row["median_s"]
+                out.setdefault(f"{mode}.median_s", []).append(row["median_s"])
     if isinstance(data.get("cases"), dict):  # qwen_step.py
         for case, modes in data["cases"].items():
             for mode, row in modes.items():
                 if isinstance(row, dict) and "median_s" in row:
-                    out[f"{case}.{mode}.median_s"] = row["median_s"]
+                    out.setdefault(f"{case}.{mode}.median_s", []).append(row["median_s"])
     if isinstance(results, list):  # qwen3_tts_bench.py: levels per graphs mode
         for result in results:
             modes = result.get("graphs")
@@ -35,13 +37,13 @@ def _metrics(data: dict[str, Any]) -> dict[str, float]:
             for mode, run in modes.items():
                 for level in run.get("levels", []):
                     tag = f"{result.get('size', '')}.graphs-{mode}.c{level['concurrency']}"
-                    out[f"{tag}.ttfa_p50_s"] = level["ttfa_s"]["p50"]
-                    out[f"{tag}.rtf_p50"] = level["rtf"]["p50"]
+                    out.setdefault(f"{tag}.ttfa_p50_s", []).append(level["ttfa_s"]["p50"])
+                    out.setdefault(f"{tag}.rtf_p50", []).append(level["rtf"]["p50"])
     return out
 
 
 def summarise(folder: Path) -> dict[str, Any]:
-    runs: dict[tuple[str, str], list[dict[str, float]]] = {}
+    runs: dict[tuple[str, str], list[dict[str, list[float]]]] = {}
     commands: dict[str, str] = {}
     for path in sorted(folder.glob("*.json")):
         script, side, _ = path.stem.rsplit("-", 2)
@@ -52,8 +54,8 @@ def summarise(folder: Path) -> dict[str, Any]:
     for script in sorted({s for s, _ in runs}):
         a, b = runs.get((script, "A"), []), runs.get((script, "B"), [])
         for key in sorted({k for r in a + b for k in r}):
-            va = [r[key] for r in a if key in r]
-            vb = [r[key] for r in b if key in r]
+            va = [v for r in a for v in r.get(key, [])]
+            vb = [v for r in b for v in r.get(key, [])]
             if not va or not vb:
                 continue
             ma, mb = statistics.median(va), statistics.median(vb)
