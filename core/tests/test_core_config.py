@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_core.contract.config import OmniConfig, env_names, load_config, parse_assignments
+from omni_core.commands.config_files import OmniConfig, env_names, load_config, parse_assignments
 from omni_core.contract.errors import ConfigError
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from omni_core.contract.config import config_from_cli, config_options
+from omni_core.commands.config_files import config_from_cli, config_options
 from omni_core.contract.registry import Availability, load_object
 
 #: Distributions whose versions decide what runs (read from metadata: no import needed).
