@@ -202,6 +202,28 @@ def test_no_module_level_registries_outside_the_plugin_host() -> None:
     assert found == [], "\n".join(found)
 
 
+#: Calls whose result, bound at module level, is a table filled at run time (state kept beside
+#: the objects that own it instead of on them).
+_TABLE_CALLS = {"WeakKeyDictionary", "WeakValueDictionary", "dict", "list", "defaultdict",
+                "OrderedDict"}  # fmt: skip
+
+
+def test_no_module_level_state_tables() -> None:
+    """``_STORES = WeakKeyDictionary()`` beside ``ServerState`` is state kept away from its
+    owner: it belongs on the object (the contract report's ``module_state`` rule)."""
+    found = []
+    for rel, _, tree in modules():
+        for node in tree.body:
+            value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+            if not isinstance(value, ast.Call):
+                continue
+            func = value.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if name in _TABLE_CALLS:
+                found.append(f"{rel}:{node.lineno} {ast.unparse(node)[:70]}")
+    assert found == [], "keep state on its owner:\n" + "\n".join(found)
+
+
 def _imports(rel: str, tree: ast.Module, known: set[str]) -> set[str]:
     """omni_core modules imported at module level (``if TYPE_CHECKING`` blocks excluded)."""
     me = module_name(rel)

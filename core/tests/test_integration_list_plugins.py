@@ -28,12 +28,13 @@ def test_integration_list_plugins_marks_fallback_pipelines() -> None:
 
 
 def test_integration_adapter_hook_module_is_tiny() -> None:
-    """The hook module must not import the pipeline runtime (omni_core.contract.pipeline)."""
+    """The hook module must not import the pipeline runtime (omni_core.contract.pipeline); the
+    spec it registers loads the adapter from the diffusion lane."""
     code = (
         "import sys, omni_core.builtins.diffusers_adapter as m\n"
         "assert 'omni_core.contract.pipeline' not in sys.modules, 'base imported'\n"
-        "from omni_core.builtins.diffusers_adapter import DiffusersAdapterPipeline\n"
-        "print(DiffusersAdapterPipeline.__module__)\n"
+        "from omni_core.contract.host import get_registry\n"
+        "print(get_registry().pipelines['diffusers'].load().__module__)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],

@@ -90,8 +90,8 @@ def test_runtime_adapter_refuses_unknown_classes(tmp_path: Path) -> None:
 
 def test_runtime_adapter_precheck_needs_no_weights(ddpm: Path) -> None:
     """The CLI's check before loading: from the class's __call__ signature alone."""
-    from omni_core.builtins.diffusers_adapter import DiffusersAdapterPipeline
     from omni_core.contract.types import GenerationRequest
+    from omni_core.diffusion.generic import DiffusersAdapterPipeline
 
     ok = DiffusersAdapterPipeline.precheck(ddpm, GenerationRequest(extras={"batch_size": 1}))
     assert ok.extras == {"batch_size": 1}

@@ -23,34 +23,19 @@ are the two
 Nothing here imports torch at package import time, so ``omni --help`` stays fast.
 """
 
-from __future__ import annotations
+from omni_core.contract.faces import Face
 
-import importlib
-from typing import Any
-
-_EXPORTS = {
-    "ParallelLayout": "layout",
-    "validate_layout": "layout",
-    "checkpoint_num_heads": "layout",
-    "ParallelState": "groups",
-    "current_parallel_state": "groups",
-    "init_parallel_state": "groups",
-    "cfg_parallel_forward": "cfg",
-    "SequenceParallel": "ulysses",
-    "ulysses_attention": "ulysses",
-    "shard_sizes": "ulysses",
-    "ParallelLauncher": "launcher",
-    "WorkerContext": "worker",
-    "WorkerProgram": "worker",
-    "WorkerDiedError": "errors",
-    "DistributedError": "errors",
-}
-
-__all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'omni_core.diffusion.distributed' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"omni_core.diffusion.distributed.{module}"), name)
+_base = "omni_core.diffusion.distributed"
+_face = Face(
+    __name__,
+    {
+        f"{_base}.layout": ("ParallelLayout", "validate_layout", "checkpoint_num_heads"),
+        f"{_base}.groups": ("ParallelState", "current_parallel_state", "init_parallel_state"),
+        f"{_base}.cfg": ("cfg_parallel_forward",),
+        f"{_base}.ulysses": ("SequenceParallel", "ulysses_attention", "shard_sizes"),
+        f"{_base}.launcher": ("ParallelLauncher",),
+        f"{_base}.worker": ("WorkerContext", "WorkerProgram"),
+        f"{_base}.errors": ("WorkerDiedError", "DistributedError"),
+    },
+)
+__getattr__, __dir__, __all__ = _face.getattr, _face.dir, _face.names
