@@ -56,3 +56,23 @@ def test_runtime_generate_rejects_bad_output_suffix(tmp_path: object) -> None:
     assert result.exit_code == 2 and ".mp4" in result.output
     result = CliRunner().invoke(cli, ["generate", "image", "m", "p", "-o", "x.gif"])
     assert result.exit_code == 2 and ".png" in result.output
+
+
+@pytest.mark.parametrize("size", ["0x0", "0x64", "64x9000"])
+def test_a_size_out_of_bounds_says_the_bound_the_server_says(size: str) -> None:
+    with pytest.raises(click.BadParameter, match="between 1 and 8192"):
+        parse_size(size, None, None)
+
+
+def test_messages_read_right() -> None:
+    from omni_core.cli import cli
+    from omni_core.commands.options import with_article
+
+    assert [with_article(m) for m in ("image", "video", "speech", "chat")] == [
+        "an image",
+        "a video",
+        "a speech",
+        "a chat",
+    ]
+    top = CliRunner().invoke(cli, ["--help"])
+    assert top.exit_code == 0 and "chat" in top.output

@@ -97,7 +97,7 @@ def generate_chat(
 ) -> None:
     """Answer PROMPT with the chat model MODEL (a folder or a Hub id)."""
     from omni_core.api import Omni, check_load_options, locate_model
-    from omni_core.commands.options import key_values, parse_extras
+    from omni_core.commands.options import key_values, parse_extras, with_article
     from omni_core.contract.collect import ChatCollector
     from omni_core.contract.messages import ChatMessage, ChatPart
     from omni_core.media import audio as codecs
@@ -120,7 +120,7 @@ def generate_chat(
     spec = location.spec
     if spec.modality != "chat":
         raise InvalidRequestError(
-            f"{model} is served by {spec.name!r}, a {spec.modality} pipeline; use "
+            f"{model} is served by {spec.name!r}, {with_article(spec.modality)} pipeline; use "
             f"`omni generate {spec.modality}`",
             param="model",
         )

@@ -23,6 +23,7 @@ from omni_core.commands.options import (
     acceleration_options,
     check_load_options,
     parse_extras,
+    with_article,
 )
 from omni_core.contract.errors import InvalidRequestError, OmniError
 
@@ -196,11 +197,16 @@ def parse_size(size: str | None, height: int | None, width: int | None) -> tuple
     if height is not None or width is not None:
         raise click.UsageError("give --size or --height/--width, not both")
     parts = size.lower().replace("*", "x").split("x")
-    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
         raise click.BadParameter(
             f"{size!r} is not WIDTHxHEIGHT (e.g. 832x480)", param_hint="--size"
         )
-    return int(parts[1]), int(parts[0])
+    width, height = int(parts[0]), int(parts[1])
+    if not (1 <= width <= 8192 and 1 <= height <= 8192):  # the server's bound, said the same way
+        raise click.BadParameter(
+            f"{size!r}: width and height must be between 1 and 8192", param_hint="--size"
+        )
+    return height, width
 
 
 def _load_images(paths: tuple[Path, ...]) -> list[Any]:
@@ -287,7 +293,7 @@ def _run(
     spec = location.spec
     if not spec.fallback and spec.modality != kind:
         raise InvalidRequestError(
-            f"{model} is served by {spec.name!r}, a {spec.modality} pipeline; use "
+            f"{model} is served by {spec.name!r}, {with_article(spec.modality)} pipeline; use "
             f"`omni generate {spec.modality}`",
             param="model",
         )

@@ -157,3 +157,8 @@ def key_values(items: tuple[str, ...], hint: str) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[key] = raw
     return out
+
+
+def with_article(noun: str) -> str:
+    """``"an image"``, ``"a video"``, ``"a speech"``: the noun with its indefinite article."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"

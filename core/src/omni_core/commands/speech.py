@@ -33,10 +33,12 @@ def _load(model: str | None, device: str | None, dtype: str | None, quiet: bool)
     if not quiet:
         click.echo(f"loading {ref} ...", err=True)
     omni = Omni(ref, device=device, dtype=dtype)
+    from omni_core.commands.options import with_article
+
     if omni.spec.modality != "speech" or not isinstance(omni.pipeline, SpeechPipeline):
         raise InvalidRequestError(
-            f"{model} is served by {omni.spec.name!r}, a {omni.spec.modality} pipeline; use "
-            f"`omni generate {omni.spec.modality}`",
+            f"{model} is served by {omni.spec.name!r}, {with_article(omni.spec.modality)} "
+            f"pipeline; use `omni generate {omni.spec.modality}`",
             param="model",
         )
     return omni
