@@ -153,38 +153,75 @@ def matrix(session: nox.Session) -> None:
 
 @nox.session
 def package(session: nox.Session) -> None:
-    """Build every wheel and sdist, install the wheels (not editable) in this fresh virtualenv
-    and run `omni list-plugins` there: the real `pip install omni-core omni-wan` experience."""
+    """The release check a maintainer runs before publishing (sdk-docs: releasing.md).
+
+    Builds every wheel and sdist into ./dist, runs ``twine check`` on them, then installs each
+    package's wheel *alone* into a clean virtualenv of its own (``--find-links dist``, so a
+    plugin's ``omni-core`` pin resolves to the wheel just built, and PyPI gives the rest) and
+    checks that ``omni list-plugins`` there lists it, unbroken, with its version. Last, every
+    wheel together (``pip install omni-core omni-wan ...`` as a user runs it) and
+    ``omni new-plugin`` from the installed core (its templates ship in the wheel).
+    """
     dist = ROOT / "dist"
     shutil.rmtree(dist, ignore_errors=True)
-    session.install("build")
+    session.install("build", "twine")
     for pkg in PACKAGES:
         session.run("python", "-m", "build", "--outdir", str(dist), str(pkg))
-    wheels = sorted(str(w) for w in dist.glob("*.whl"))
+    wheels = {_dist_name(p): _wheel_of(dist, _dist_name(p)) for p in PACKAGES}
     sdists = sorted(dist.glob("*.tar.gz"))
-    if len(wheels) != len(PACKAGES) or len(sdists) != len(PACKAGES):
-        session.error(f"expected {len(PACKAGES)} wheels and sdists, got {wheels} {sdists}")
+    if len(sdists) != len(PACKAGES):
+        session.error(f"expected {len(PACKAGES)} sdists, got {[s.name for s in sdists]}")
+    session.run("twine", "check", "--strict", *map(str, [*wheels.values(), *sdists]))
+    index = os.environ.get("OMNI_TORCH_INDEX_URL")
+    for name, wheel in wheels.items():
+        venv = Path(session.create_tmp()) / f"alone-{name}"
+        shutil.rmtree(venv, ignore_errors=True)
+        session.run(sys.executable, "-m", "venv", str(venv))
+        python = str(venv / "bin" / "python")
+        session.run(
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            TORCH,
+            *(["--extra-index-url", index] if index else []),
+        )
+        session.run(python, "-m", "pip", "install", "-q", "--find-links", str(dist), str(wheel))
+        session.run(python, "-c", _LISTED.format(names=[name]), external=True)
     install_torch(session)
-    # --find-links: the plugins' `omni-core>=0.2,<0.3` resolves to the wheel just built.
-    session.install("--find-links", str(dist), *wheels)
-    check = (
-        "import json, subprocess, sys\n"
-        "out = subprocess.run(['omni', 'list-plugins', '--json'], check=True,"
-        " capture_output=True, text=True).stdout\n"
-        "plugins = {p['distribution']: p for p in json.loads(out)}\n"
-        f"expected = {sorted(_dist_name(p) for p in PACKAGES)!r}\n"
-        "missing = [d for d in expected if d not in plugins]\n"
-        "broken = {d: p['error'] for d, p in plugins.items() if p['status'] != 'ok'}\n"
-        "assert not missing and not broken, (missing, broken)\n"
-        "import omni_core; assert 'site-packages' in omni_core.__file__, omni_core.__file__\n"
-        "print('installed from wheels:', ', '.join(expected))\n"
-    )
+    session.install("--find-links", str(dist), *map(str, wheels.values()))
     session.run("omni", "list-plugins")
-    session.run("python", "-c", check)
-    # The new-plugin templates ship inside the omni-core wheel.
+    session.run("python", "-c", _LISTED.format(names=sorted(wheels)))
     scratch = Path(session.create_tmp()) / "new-plugin"
     shutil.rmtree(scratch, ignore_errors=True)
     session.run("omni", "new-plugin", "wheel-probe", "--kind", "platform", "--output", str(scratch))
+
+
+def _wheel_of(dist: Path, name: str) -> Path:
+    found = sorted(dist.glob(f"{name.replace('-', '_')}-*.whl"))
+    if len(found) != 1:
+        raise RuntimeError(f"expected one wheel of {name} in {dist}, found {found}")
+    return found[0]
+
+
+#: Run by the venv's python: each distribution named is listed by `omni list-plugins`, loaded,
+#: at its own version, and omni_core comes from site-packages (not this checkout).
+_LISTED = """
+import json, subprocess, sys
+from importlib import metadata
+out = subprocess.run([sys.executable, '-m', 'omni_core.cli', 'list-plugins', '--json'],
+                     check=True, capture_output=True, text=True).stdout
+plugins = {{p['distribution']: p for p in json.loads(out)}}
+for name in {names!r}:
+    assert name in plugins, (name, sorted(plugins))
+    row = plugins[name]
+    assert row['status'] == 'ok', (name, row['error'])
+    assert row['version'] == metadata.version(name), (name, row['version'])
+import omni_core
+assert 'site-packages' in omni_core.__file__, omni_core.__file__
+print('listed from wheels:', ', '.join({names!r}))
+"""
 
 
 if __name__ == "__main__":  # pragma: no cover - `python noxfile.py` is not how to run it
