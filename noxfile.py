@@ -176,18 +176,12 @@ def package(session: nox.Session) -> None:
     for name, wheel in wheels.items():
         venv = Path(session.create_tmp()) / f"alone-{name}"
         shutil.rmtree(venv, ignore_errors=True)
-        session.run(sys.executable, "-m", "venv", str(venv))
+        session.run(sys.executable, "-m", "venv", str(venv), external=True)
         python = str(venv / "bin" / "python")
-        session.run(
-            python,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            TORCH,
-            *(["--extra-index-url", index] if index else []),
-        )
-        session.run(python, "-m", "pip", "install", "-q", "--find-links", str(dist), str(wheel))
+        torch_index = ["--extra-index-url", index] if index else []
+        pip = [python, "-m", "pip", "install", "-q"]
+        session.run(*pip, TORCH, *torch_index, external=True)
+        session.run(*pip, "--find-links", str(dist), str(wheel), external=True)
         session.run(python, "-c", _LISTED.format(names=[name]), external=True)
     install_torch(session)
     session.install("--find-links", str(dist), *map(str, wheels.values()))
