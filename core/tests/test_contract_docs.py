@@ -4,22 +4,24 @@ field or contract member added without docs fails here, naming the page it belon
 Pages and what each must mention (as code: an inline ``code`` span or a fenced block):
 
 - ``hooks.md``: every hook in ``omni_core.contract.hookspecs.ALL_HOOKS`` (hand-written); every
-field of
-  every spec class in ``omni_core.contract.registry.SPEC_TYPES`` and of ``PipelineCapabilities``
-  (the
-  page as built: the tables are generated from the code by ``sdk-docs/hooks_reference.py``);
-- ``write-a-model-plugin.md``: every public member declared on ``Pipeline``,
-  ``StagedPipeline``, ``SpeechPipeline``, ``DenoiserAdapter``, ``SequencePlan`` and the
-  benchmark ``Workload``;
-- ``sdk.md``: every name in ``omni_core.__all__``.
+  field of every spec class in ``omni_core.contract.registry.SPEC_TYPES`` and of
+  ``PipelineCapabilities`` (the page as built: the tables are generated from the code by
+  ``sdk-docs/hooks_reference.py``);
+- ``write-a-model-plugin.md``: every public member declared on the contract's classes
+  (:data:`CONTRACT_CLASSES`: ``Pipeline``, the staged and streamed shapes, the lanes' bases) and
+  on ``DenoiserAdapter``, ``SequencePlan`` and the benchmark ``Workload``;
+- ``sdk.md``: every name of every face (``omni_core.__all__`` and the ``__all__`` of each face
+  ``omni_core.FACES`` names).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -79,18 +81,51 @@ def test_every_spec_field_is_documented_on_the_hooks_page() -> None:
         assert f"`{model.__name__}`" in titles, model.__name__
 
 
-@pytest.mark.parametrize(
-    "cls",
-    ["Pipeline", "StagedPipeline", "SpeechPipeline", "DenoiserAdapter", "SequencePlan", "Workload"],
-)
+def _faces() -> dict[str, ModuleType]:
+    """Every face by name: ``omni_core`` and the subpackages ``omni_core.FACES`` lists."""
+    faces: dict[str, ModuleType] = {"omni_core": omni_core}
+    for name in omni_core.FACES:
+        faces[f"omni_core.{name}"] = importlib.import_module(f"omni_core.{name}")
+    return faces
+
+
+def _face_name(name: str) -> object:
+    """The public object ``name`` from the face that lists it (never a deprecated spelling)."""
+    for face in _faces().values():
+        if name in face.__all__:
+            return getattr(face, name)
+    raise LookupError(f"no face lists {name!r}")
+
+
+#: The classes whose every public member the author guide documents.
+CONTRACT_CLASSES = [
+    "Pipeline",
+    "StagedPipeline",
+    "StreamedPipeline",
+    "SharedRuntime",
+    "PolledStream",
+    "AutoregressivePipeline",
+    "SpeechPipeline",
+    "DenoiserAdapter",
+    "SequencePlan",
+    "Workload",
+]
+
+
+@pytest.mark.parametrize("cls", CONTRACT_CLASSES)
 def test_every_contract_member_is_documented_in_the_author_guide(cls: str) -> None:
-    members = _public(getattr(omni_core, cls))
+    value = _face_name(cls)
+    assert isinstance(value, type), cls
+    members = _public(value)
     assert members, cls
     assert _missing(members, "write-a-model-plugin.md") == [], cls
 
 
-def test_every_public_sdk_name_is_documented_on_the_sdk_page() -> None:
-    assert _missing(list(omni_core.__all__), "sdk.md") == []
+@pytest.mark.parametrize("face", ["omni_core", *(f"omni_core.{n}" for n in omni_core.FACES)])
+def test_every_public_sdk_name_is_documented_on_the_sdk_page(face: str) -> None:
+    module = _faces()[face]
+    assert module.__all__, face
+    assert _missing(list(module.__all__), "sdk.md") == [], face
 
 
 def test_docs_name_no_removed_api() -> None:
