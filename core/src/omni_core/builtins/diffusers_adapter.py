@@ -1,8 +1,8 @@
 """Registers the generic diffusers adapter (a fallback pipeline) with lazy spec strings.
 
-The adapter itself lives in :mod:`omni_core.diffusion.generic`; this hook module stays
-tiny so that ``omni list-plugins`` imports nothing of the pipeline runtime. The adapter's public
-names remain importable from here (resolved lazily on first access).
+The adapter itself lives in :mod:`omni_core.diffusion.generic`; this hook module stays tiny so that
+``omni list-plugins`` imports nothing of the pipeline runtime. The adapter's public names remain
+importable from here (resolved lazily on first access).
 """
 
 from __future__ import annotations
