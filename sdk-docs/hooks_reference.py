@@ -2,8 +2,8 @@
 
 Markers replaced in pages:
 
-- ``<!-- omni:hookspecs -->``: every hook in core/src/omni_core/hookspecs.py (signature and
-  docstring), read with ``ast`` so building the docs imports nothing from omni.
+- ``<!-- omni:hookspecs -->``: every hook in core/src/omni_core/contract/hookspecs.py (signature
+  and docstring), read with ``ast`` so building the docs imports nothing from omni.
 - ``<!-- omni:specs -->``: the fields of every spec model (needs omni-core importable).
 - ``<!-- omni:capabilities -->``: the fields of ``PipelineCapabilities``.
 - ``<!-- omni:config-env -->``: every ``OMNI_*`` configuration variable.
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-HOOKSPECS = ROOT / "core" / "src" / "omni_core" / "hookspecs.py"
+HOOKSPECS = ROOT / "core" / "src" / "omni_core" / "contract" / "hookspecs.py"
 
 
 def _ensure_core_importable() -> None:

@@ -67,7 +67,7 @@ def resolve_model_reference(
     """``(model, extra Omni keywords)`` after speech pipelines had a chance to claim ``model``.
 
     References without a checkpoint config (the ``piper`` alias, a Piper voice folder or
-    ``.onnx`` file) are mapped by :func:`omni_core.media.resolve_speech_model` to a folder plus
+    ``.onnx`` file) are mapped by :func:`omni_core.speech.resolve_speech_model` to a folder plus
     ``pipeline=``/``default_voice=``. That lookup imports the speech pipeline classes, so it only
     runs when it can matter: no pipeline chosen, and ``model`` is either a registered speech
     pipeline's name (``piper``, ``piper:default``) or a local path without ``model_index.json`` /

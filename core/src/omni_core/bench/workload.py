@@ -13,8 +13,7 @@ the methods below, so a third-party plugin's workload runs exactly like a shippe
         def run_reference(self, reference, request, on_step=None): ...
 
 Outputs are compared as uint8 frames (``[N, H, W, 3]``): :meth:`reference_frames` converts the
-reference's output, :meth:`omni_frames` omni's
-:class:`~omni_core.contract.pipeline.GenerationResult`.
+reference's output, :meth:`omni_frames` omni's :class:`~omni_core.GenerationResult`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Built-in plugin of more attention backends: shape-aware SDPA, flash-attn (FA2/FA3), Sage.
 
 The kernels are :func:`omni_core.runtime.kernels.sdpa.sdpa_auto` (the kernel picked per call from
-the
-shapes) and :mod:`omni_core.runtime.kernels.external` (optional third-party packages whose
-availability
-checks say "not installed" instead of failing); this module only registers them.
+the shapes) and :mod:`omni_core.runtime.kernels.external` (optional third-party packages whose
+availability checks say "not installed" instead of failing); this module only registers them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Built-in step-cache backends, registered through the same hook as any plugin's.
 
 One implementation module per technique (:mod:`omni_core.diffusion.acceleration.cache`). Per-model
-data
-(block lists, TeaCache coefficients, MagCache ratios) is not here: the denoiser's model plugin
+data (block lists, TeaCache coefficients, MagCache ratios) is not here: the denoiser's model plugin
 registers it as a ``DenoiserSpec`` (``omni_register_denoisers``).
 """
 

@@ -1,12 +1,11 @@
 """The chat lane: conversations in, text (and speech, from omni models) out.
 
-A chat plugin subclasses :class:`AutoregressiveChatPipeline` and writes stages: a
-:class:`TextStage` (the model that writes the answer) and, for spoken answers, a
-:class:`SpeechFollower` (the speech chain, reading what the text stage wrote from a
-:class:`ReplyBuffer`). The :class:`ChatRuntime`
+A chat plugin subclasses :class:`AutoregressiveChatPipeline` and writes stages: a :class:`TextStage`
+(the model that writes the answer) and, for spoken answers, a :class:`SpeechFollower` (the speech
+chain, reading what the text stage wrote from a :class:`ReplyBuffer`). The :class:`ChatRuntime`
 batches every answer's decode steps and streams :class:`ChatDelta` objects. Requests carry
-:class:`ChatMessage` turns of decoded :class:`ChatPart` items; :func:`chat_request` builds one
-(what ``Omni(...).chat(...)``, ``omni generate chat`` and the server use). Inside: ``pipeline``,
+:class:`ChatMessage` turns of decoded :class:`ChatPart` items; :func:`chat_request` builds one (what
+``Omni(...).chat(...)``, ``omni generate chat`` and the server use). Inside: ``pipeline``,
 ``stages``, ``runtime``, ``api``.
 """
 

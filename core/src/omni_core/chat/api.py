@@ -1,7 +1,7 @@
 """What ``Omni(...).chat(...)`` and ``Omni(...).chat_stream(...)`` run: a conversation in, the
-answer (text, and speech from omni models) out, for any loaded pipeline; and
-:func:`chat_request`, the one way a chat request is built (the Python API,
-``omni generate chat`` and the server's warm-up).
+answer (text, and speech from omni models) out, for any loaded pipeline; and :func:`chat_request`,
+the one way a chat request is built (the Python API, ``omni generate chat`` and the server's
+warm-up).
 
 ``messages`` is a string (one user turn) or a list of :class:`~omni_core.chat.ChatMessage`
 objects or ``{"role", "content"}`` dicts whose content is a string or a list of parts:

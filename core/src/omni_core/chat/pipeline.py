@@ -5,11 +5,10 @@
 :class:`~omni_core.chat.ChatDelta` objects for one validated request (its ``messages``,
 ``modalities``, ``voice``, ``max_tokens``, ``temperature``, ``top_p``, ``seed``).
 
-Autoregressive models subclass :class:`AutoregressiveChatPipeline` and write stages instead of
-loops (:mod:`omni_core.chat.stages`): the core's
-:class:`~omni_core.chat.runtime.ChatRuntime` batches the text stage's decode steps
-of every request in flight, drives the speech chain of the requests that asked for audio, and
-streams both out; the engine steps it once per loop iteration.
+Autoregressive models subclass :class:`AutoregressiveChatPipeline` and write stages instead of loops
+(:mod:`omni_core.chat.stages`): the core's :class:`~omni_core.chat.runtime.ChatRuntime` batches the
+text stage's decode steps of every request in flight, drives the speech chain of the requests that
+asked for audio, and streams both out; the engine steps it once per loop iteration.
 """
 
 from __future__ import annotations

@@ -1,20 +1,20 @@
 """The chat runtime: step-level continuous batching of a text stage, with its speech chain in tow.
 
-One :class:`ChatRuntime` serves one loaded chat pipeline
-(:mod:`omni_core.chat.stages` has the stage contract). :meth:`ChatRuntime.open` queues
-a prepared request and returns its :class:`ChatStream`; each :meth:`ChatRuntime.step` then
+One :class:`ChatRuntime` serves one loaded chat pipeline (:mod:`omni_core.chat.stages` has the stage
+contract). :meth:`ChatRuntime.open` queues a prepared request and returns its :class:`ChatStream`;
+each :meth:`ChatRuntime.step` then
 
 1. drops streams that were cancelled or ran past their deadline (between steps),
 2. runs one text stage ``decode`` for every answer still being written, batched, and the
    ``prefill`` of the requests that join now (while slots are free; one forward per prompt
    length), and writes each row's ``follow`` into the :class:`ReplyBuffer` (device only),
-3. for each answer whose text chunk is due (:class:`~omni_core.runtime.ChunkSchedule`),
-   reads its token ids and stop flags back (one host synchronisation for all due rows), cuts
-   at the stop token or ``max_tokens`` and hands out the new text,
+3. for each answer whose text chunk is due (:class:`~omni_core.speech.ChunkSchedule`), reads its
+   token ids and stop flags back (one host synchronisation for all due rows), cuts at the stop token
+   or ``max_tokens`` and hands out the new text,
 4. lets the requests that asked for audio join the speech chain (an
-   :class:`~omni_core.runtime.ARRuntime` over the follower's speech stages) once they
-   have :attr:`~omni_core.runtime.SpeechFollower.lead` tokens, steps the speech chain once,
-   and hands out the audio it decoded.
+   :class:`~omni_core.speech.ARRuntime` over the follower's speech stages) once they have
+   :attr:`~omni_core.chat.SpeechFollower.lead` tokens, steps the speech chain once, and hands out
+   the audio it decoded.
 
 A request's cache slot (and its row of the reply buffer) is held until its audio is done too,
 so the speech chain can read what the text stage wrote after the text has ended. Without an engine,
@@ -56,7 +56,7 @@ class ChatStream(SlotStream[ChatDelta]):
 
 
 class ChatRuntime(SlotRuntime[ChatStream]):
-    """Serve the :class:`~omni_core.runtime.TextStages` of one pipeline (module doc)."""
+    """Serve the :class:`~omni_core.chat.TextStages` of one pipeline (module doc)."""
 
     prompt_param = "messages"
 

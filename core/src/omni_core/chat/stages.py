@@ -1,17 +1,14 @@
-"""The text stage contract: what a plugin writes so that the chat runtime can drive a text stage
-(an LLM that answers in text) and, optionally, a speech chain that speaks the answer as it is
-written.
+"""The text stage contract: what a plugin writes so the chat runtime can drive a text stage (an
+LLM that answers in text) and, optionally, a speech chain that speaks the answer as it is written.
 
 A chat model is a :class:`TextStage` (the model that writes the answer, e.g. an omni model's
-thinker: prefill and one decode step for a batch of
-requests, its KV cache a runtime-owned :class:`~omni_core.runtime.cache.SlotCache`),
-a detokenizer, and optionally a :class:`SpeechFollower`: the speech chain
-(:class:`~omni_core.runtime.SpeechStages`: its decoder, frame stages, codec) of the
-requests that asked for audio. The runtime
-(:class:`~omni_core.chat.runtime.ChatRuntime`) steps the text stage first and the
-speech chain second in every step, so the speech chain reads what the text stage wrote in the same
-or an
-earlier step:
+thinker: prefill and one decode step for a batch of requests, its KV cache a runtime-owned
+:class:`~omni_core.runtime.cache.SlotCache`), a detokenizer, and optionally a
+:class:`SpeechFollower`: the speech chain (:class:`~omni_core.speech.SpeechStages`: its decoder,
+frame stages, codec) of the requests that asked for audio. The runtime
+(:class:`~omni_core.chat.runtime.ChatRuntime`) steps the text stage first and the speech chain
+second in every step, so the speech chain reads what the text stage wrote in the same or an earlier
+step:
 
 - each text stage step returns a :class:`TokenOutput` per row: the token made, its stop flag (on
   the device), and ``follow``, a ``[rows, hidden]`` tensor the runtime writes into the
@@ -21,12 +18,12 @@ earlier step:
   (:attr:`ReplyBuffer.stop_at`), so the speech chain knows where the text ends without the host
   reading anything;
 - a request that wants audio gets its speech chain stream once the text stage has made
-  :attr:`SpeechFollower.lead` tokens; the follower's :meth:`~SpeechFollower.prepare` builds
-  its :class:`~omni_core.runtime.ARState` from the text stage's state (the prefill may
-  leave the speech chain's prompt in ``state.data``).
+  :attr:`SpeechFollower.lead` tokens; the follower's :meth:`~SpeechFollower.prepare` builds its
+  :class:`~omni_core.speech.ARState` from the text stage's state (the prefill may leave the speech
+  chain's prompt in ``state.data``).
 
 Token ids are read back to the host only when a text chunk is due
-(:class:`~omni_core.runtime.ChunkSchedule`: the first token at once, then every few).
+(:class:`~omni_core.speech.ChunkSchedule`: the first token at once, then every few).
 """
 
 from __future__ import annotations
@@ -108,8 +105,8 @@ class TokenOutput:
 
 class TextStage(ABC):
     """The text stage: a decoder whose KV cache the runtime owns (see
-    :class:`~omni_core.runtime.DecoderStage` for how to use the bound cache; the same
-    rule holds: no device values read back in here)."""
+    :class:`~omni_core.speech.DecoderStage` for how to use the bound cache; the same rule holds: no
+    device values read back in here)."""
 
     @abstractmethod
     def prefill(self, states: list[TextState], cache: SlotCache) -> TokenOutput:
@@ -128,8 +125,7 @@ class TextStage(ABC):
 
 class ReplyBuffer:
     """What the text stage wrote for the speech chain: ``[requests, max_len, hidden]`` on the
-    device,
-    one row per chat request (its cache slot), plus the index of each request's stop token.
+    device, one row per chat request (its cache slot), plus the index of each request's stop token.
 
     The runtime writes; the speech chain's stage reads with :meth:`read`, batched over its rows.
     """
@@ -202,8 +198,7 @@ class SpeechFollower(ABC):
     """The speech side of a chat model: the speech chain and how a request joins it."""
 
     #: Text stage tokens a request must have made before its speech chain joins (the speech chain's
-    #: prompt
-    #: and first steps read that many reply entries).
+    #: prompt and first steps read that many reply entries).
     lead: int = 1
 
     @abstractmethod

@@ -2,9 +2,9 @@
 
 Collection hooks receive a ``register`` callback and call it once per thing they provide, with a
 spec from :mod:`omni_core.contract.registry`. That style (borrowed from simonw/llm) keeps
-registration
-additive and order-free, and lets the core validate each spec and record which plugin made it.
-Specs point at implementations lazily (``"module:attr"``), so registering never imports torch.
+registration additive and order-free, and lets the core validate each spec and record which plugin
+made it. Specs point at implementations lazily (``"module:attr"``), so registering never imports
+torch.
 """
 
 from __future__ import annotations
@@ -84,13 +84,13 @@ def omni_register_platforms(register: Callable[[PlatformSpec], None]) -> None:
 def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
     """Describe denoiser classes to acceleration and parallelism.
 
-    Call ``register(DenoiserSpec(...))`` once per denoiser class family your pipelines run
-    (e.g. diffusers' ``WanTransformer3DModel``). The implementation is a
-    :class:`omni_core.DenoiserAdapter` (or a ``(module) -> DenoiserAdapter`` function): which
-    ModuleLists hold the repeated blocks (regional compile, quantization, step caches), whether
-    fused QKV is exact, TeaCache/MagCache calibration data, and the :class:`omni_core.SequencePlan`
-    that Ulysses sequence parallelism cuts the blocks with. This is the only way the core learns
-    about one model: it keeps no tables of its own.
+    Call ``register(DenoiserSpec(...))`` once per denoiser class family your pipelines run (e.g.
+    diffusers' ``WanTransformer3DModel``). The implementation is a
+    :class:`omni_core.diffusion.DenoiserAdapter` (or a ``(module) -> DenoiserAdapter`` function):
+    which ModuleLists hold the repeated blocks (regional compile, quantization, step caches),
+    whether fused QKV is exact, TeaCache/MagCache calibration data, and the
+    :class:`omni_core.diffusion.SequencePlan` that Ulysses sequence parallelism cuts the blocks
+    with. This is the only way the core learns about one model: it keeps no tables of its own.
     """
 
 

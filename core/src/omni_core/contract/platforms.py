@@ -1,12 +1,12 @@
 """Hardware platforms: what a device can do, and which platform this process runs on.
 
 A platform plugin registers a :class:`~omni_core.contract.registry.PlatformSpec` whose
-``implementation``
-is a :class:`Platform` subclass and whose ``detector`` is a cheap, side-effect-free check. The
-highest-priority available platform wins; ``OMNI_PLATFORM=name`` forces one.
+``implementation`` is a :class:`Platform` subclass and whose ``detector`` is a cheap,
+side-effect-free check. The highest-priority available platform wins; ``OMNI_PLATFORM=name`` forces
+one.
 
 :class:`CpuPlatform` and :class:`CudaPlatform` (with their detectors) live here so that platform
-plugins can build on them (``omni_core.CudaPlatform``: a ROCm build of torch keeps CUDA's
+plugins can build on them (``omni_core.runtime.CudaPlatform``: a ROCm build of torch keeps CUDA's
 names); the built-in plugin :mod:`omni_core.builtins.platforms` only registers them.
 """
 

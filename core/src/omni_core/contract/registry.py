@@ -186,12 +186,12 @@ class PlatformSpec(Spec):
 class DenoiserSpec(Spec):
     """What acceleration and parallelism must know about one denoiser class.
 
-    ``architectures`` are the class names it describes (``type(module).__name__``, e.g.
-    diffusers' ``WanTransformer3DModel``); ``implementation`` points at a
-    :class:`omni_core.diffusion.denoisers.DenoiserAdapter` or at a function ``(module) ->
-    DenoiserAdapter``
-    (to pick calibration data from the module's config). The model plugin that owns the class
-    registers it; a class nobody registers gets a generic adapter derived from its block lists.
+    ``architectures`` are the class names it describes (``type(module).__name__``, e.g. diffusers'
+    ``WanTransformer3DModel``); ``implementation`` points at a
+    :class:`omni_core.diffusion.denoisers.DenoiserAdapter` or at a function
+    ``(module) -> DenoiserAdapter`` (to pick calibration data from the module's config). The model
+    plugin that owns the class registers it; a class nobody registers gets a generic adapter derived
+    from its block lists.
     """
 
     kind: ClassVar[str] = "denoisers"

@@ -38,9 +38,10 @@ class LoraRef(BaseModel):
 
 @dataclass
 class PreparedVoice:
-    """What a speech pipeline made of a reference voice once (:meth:`SpeechPipeline.prepare_voice`):
-    tensors (a speaker embedding, prompt codes) and JSON-able facts; the server stores both with
-    an uploaded voice so that later requests (and restarts) skip the preparation."""
+    """What a speech pipeline made of a reference voice once
+    (:meth:`~omni_core.speech.SpeechPipeline.prepare_voice`): tensors (a speaker embedding, prompt
+    codes) and JSON-able facts; the server stores both with an uploaded voice so that later requests
+    (and restarts) skip the preparation."""
 
     tensors: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)

@@ -80,8 +80,7 @@ def route_attention(
 
     The kernel per role comes from ``router``; with ``None``, from the router active now
     (:func:`omni_core.contract.attention.use_router`) or plain SDPA. It is bound at this call, not
-    looked
-    up per attention call (that keeps compiled graphs whole).
+    looked up per attention call (that keeps compiled graphs whole).
     """
     report = RoutingReport()
     for name, module in model.named_modules():

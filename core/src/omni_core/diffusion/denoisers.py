@@ -48,9 +48,8 @@ class SequencePlan:
     ``blocks`` names the ModuleList of repeated blocks. ``shard_inputs(sp, args, kwargs, first)``
     returns a block's ``(args, kwargs)`` with the per-token inputs cut to this rank's shard
     (``first`` is True for the first block, whose hidden states are still whole; later blocks
-    receive shards already). ``gather_output(sp, output)`` reassembles the last block's
-    output. ``sp`` is the :class:`omni_core.diffusion.distributed.ulysses.SequenceParallel` of the
-    rank
+    receive shards already). ``gather_output(sp, output)`` reassembles the last block's output.
+    ``sp`` is the :class:`omni_core.diffusion.distributed.ulysses.SequenceParallel` of the rank
     (``sp.shard``, ``sp.slice``, ``sp.gather``).
     """
 

@@ -8,7 +8,7 @@ request and returns its :class:`SpeechStream`; each :meth:`ARRuntime.step` then
    the ``prefill`` of the requests that join now (while cache slots are free; one forward per
    prompt length),
 3. runs the frame stages over all rows of the step at once,
-4. and, for each request whose chunk is due (:class:`~omni_core.runtime.ChunkSchedule`),
+4. and, for each request whose chunk is due (:class:`~omni_core.runtime.stages.ChunkSchedule`),
    reads its stop flags back (the only host synchronisation, once per handed-out chunk), cuts
    the frames at the stop, decodes them with left context and hands the audio delta out.
 
@@ -74,7 +74,7 @@ class SpeechStream(SlotStream[AudioChunk]):
 
 
 class ARRuntime(SlotRuntime[SpeechStream]):
-    """Serve the :class:`~omni_core.runtime.SpeechStages` of one pipeline (module doc)."""
+    """Serve the :class:`~omni_core.runtime.stages.SpeechStages` of one pipeline (module doc)."""
 
     prompt_param = "input"
 

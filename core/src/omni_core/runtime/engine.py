@@ -11,11 +11,10 @@ The loop is continuous batching at denoising-step granularity: between two steps
 new requests (``prepare``), drops cancelled or timed-out ones, steps every group of states that
 share :meth:`~omni_core.contract.pipeline.StagedPipeline.batch_key` (at most ``max_batch`` per
 ``step`` call), and decodes the states that finished. Streamed requests (speech, chat) advance one
-delta of
-:meth:`~omni_core.contract.pipeline.StreamedPipeline.open_stream` per iteration, or, when the
-pipeline has a :class:`~omni_core.contract.pipeline.SharedRuntime`, every open stream advances
-in one shared step; so they interleave with each other and with diffusion work. Nothing in the
-loop reads tensor values back to the host.
+delta of :meth:`~omni_core.contract.pipeline.StreamedPipeline.open_stream` per iteration, or, when
+the pipeline has a :class:`~omni_core.contract.pipeline.SharedRuntime`, every open stream advances
+in one shared step; so they interleave with each other and with diffusion work. Nothing in the loop
+reads tensor values back to the host.
 """
 
 from __future__ import annotations

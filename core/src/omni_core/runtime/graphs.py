@@ -7,11 +7,10 @@ run such a step at a fixed shape and replay it as one CUDA graph:
 - :func:`bucket_for` pads a batch to one of a few sizes (:data:`BATCH_BUCKETS`), so a handful
   of graphs cover every batch (:func:`batch_buckets`: the sizes up to a limit);
 - :class:`StaticSlotView` is a fixed-size view (``[:rows, :, :keys]``) of the runtime's
-  :class:`~omni_core.runtime.SlotCache`, behind transformers' ``Cache`` API: row ``i``
-  is cache slot ``i``, its new key/value is written at that slot's own length by index on the
-  device, and :meth:`StaticSlotView.attention_mask` / :meth:`~StaticSlotView.position_ids`
-  are built on the device from the per-slot lengths, so nothing in a step depends on host
-  values but its shape;
+  :class:`~omni_core.runtime.SlotCache`, behind transformers' ``Cache`` API: row ``i`` is cache slot
+  ``i``, its new key/value is written at that slot's own length by index on the device, and
+  :meth:`StaticSlotView.attention_mask` / :meth:`~StaticSlotView.position_ids` are built on the
+  device from the per-slot lengths, so nothing in a step depends on host values but its shape;
 - :class:`StaticKVCache` is a short cache of preallocated buffers whose write offsets are
   known on the host (e.g. an inner per-frame loop of fixed length);
 - :class:`GraphRunner` runs a step function per key (e.g. ``(rows, keys)``): on CUDA it warms

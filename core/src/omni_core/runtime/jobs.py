@@ -1,5 +1,7 @@
 """What the engine is handed and how it answers: :class:`Job` (a request, its callbacks and
-its future), the errors a job can end with, and the observer the engine reports to."""
+its future), how a pipeline's failure becomes the error a job ends with (:func:`failure_error`;
+the errors themselves are in :mod:`omni_core.contract.errors`), and the observer the engine
+reports to."""
 
 from __future__ import annotations
 

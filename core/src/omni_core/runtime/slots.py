@@ -1,13 +1,13 @@
 """What both autoregressive runtimes share: requests that join and leave a fixed set of cache
 slots between steps.
 
-:class:`SlotRuntime` owns the :class:`~omni_core.runtime.cache.SlotCache`, the queue of
-waiting streams, the free slots, cancellation and deadlines (checked between steps), and one
-batched forward of its decoder per step: ``decode`` for the rows in flight, ``prefill`` for the
-streams that join now (one forward per prompt length, while slots are free). The speech runtime
-(:class:`~omni_core.runtime.ARRuntime`) and the chat runtime
-(:class:`~omni_core.chat.runtime.ChatRuntime`) add what they do with each step's
-output. :class:`SlotStream` is one request: deltas handed out, iterated or polled.
+:class:`SlotRuntime` owns the :class:`~omni_core.runtime.cache.SlotCache`, the queue of waiting
+streams, the free slots, cancellation and deadlines (checked between steps), and one batched forward
+of its decoder per step: ``decode`` for the rows in flight, ``prefill`` for the streams that join
+now (one forward per prompt length, while slots are free). The speech runtime
+(:class:`~omni_core.runtime.chain.ARRuntime`) and the chat runtime
+(:class:`~omni_core.chat.runtime.ChatRuntime`) add what they do with each step's output.
+:class:`SlotStream` is one request: deltas handed out, iterated or polled.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ An autoregressive speech model is a chain of stages the runtime calls once per s
 whole batch of requests in flight:
 
 1. a :class:`DecoderStage` (e.g. a transformer over audio codes) with a KV cache the *runtime* owns
-   (:class:`~omni_core.runtime.cache.SlotCache`, transformers' ``Cache`` API):
-   ``prefill`` runs the prompts of the requests joining (one length per call) into their
-   slots, ``decode`` advances every bound row by one frame;
+   (:class:`~omni_core.runtime.cache.SlotCache`, transformers' ``Cache`` API): ``prefill`` runs the
+   prompts of the requests joining (one length per call) into their slots, ``decode`` advances every
+   bound row by one frame;
 2. any number of :class:`FrameStage` objects (e.g. a code predictor filling the residual
    codebooks of each frame, with its own short cache), applied to the rows of that step;
 3. a :class:`ChunkDecoder` (e.g. a neural codec) that turns frames into audio a chunk at a

@@ -24,7 +24,7 @@ _BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64)
 
 
 class Metrics:
-    """The server's metrics; also the engine's :class:`~omni_core.runtime.engine.EngineObserver`."""
+    """The server's metrics; also the engine's :class:`~omni_core.runtime.jobs.EngineObserver`."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()

@@ -1,9 +1,8 @@
 """What the routes share: the config, the served models, the stores, the video jobs and the
 metrics.
 
-Models load in a background thread after the socket is open, so ``/health`` can say 503 until
-every model is loaded and warmed. Requests are built by
-:func:`omni_core.contract.requests.build_request`
+Models load in a background thread after the socket is open, so ``/health`` can say 503 until every
+model is loaded and warmed. Requests are built by :func:`omni_core.contract.requests.build_request`
 (the one request path of the Python API and the CLI too): the schema, then the pipeline's own
 ``validate`` once, then the operator limits; engines apply back-pressure (429) and run the work.
 """

@@ -6,13 +6,13 @@ Subclass :class:`AutoregressiveSpeechPipeline`, load your modules in ``from_pret
 - :meth:`~AutoregressiveSpeechPipeline.stages`: the chain the runtime drives (decoder stage,
   frame stages, codec, chunk schedule, cache length);
 - :meth:`~AutoregressiveSpeechPipeline.prepare`: a validated request -> an
-  :class:`~omni_core.runtime.ARState` (prompt embeddings, per-request data).
+  :class:`~omni_core.speech.ARState` (prompt embeddings, per-request data).
 
-Everything else is the core's: one :class:`~omni_core.runtime.ARRuntime` per loaded
-pipeline, shared by every request (the engine steps it once per loop iteration, so concurrent
-requests share decode steps), delta streaming at the requested rate and speed, cancellation and
-time limits between steps. Override :meth:`~omni_core.speech.SpeechPipeline.prepare_voice` to let
-users upload voices (``POST /v1/audio/voices``) and clone them.
+Everything else is the core's: one :class:`~omni_core.speech.ARRuntime` per loaded pipeline, shared
+by every request (the engine steps it once per loop iteration, so concurrent requests share decode
+steps), delta streaming at the requested rate and speed, cancellation and time limits between steps.
+Override :meth:`~omni_core.speech.SpeechPipeline.prepare_voice` to let users upload voices
+(``POST /v1/audio/voices``) and clone them.
 """
 
 from __future__ import annotations

@@ -111,8 +111,8 @@ class SpeechPipeline(StreamedPipeline[AudioChunk]):
 
     @classmethod
     def known_voices(cls) -> list[Voice] | None:
-        """Voices known without loading weights (``omni voices``);
-        None: only a loaded model can tell."""
+        """Voices known without loading weights (``omni voices``); None: only a loaded model can
+        tell."""
         return None
 
     def warmup_fields(self) -> dict[str, Any]:

@@ -140,8 +140,7 @@ def compile_repeated_blocks(
     """Compile every repeated block of ``module`` in place; returns a live report.
 
     ``adapter`` (the denoiser's registered :class:`~omni_core.diffusion.denoisers.DenoiserAdapter`)
-    says
-    which ModuleLists hold the blocks; see :func:`find_repeated_blocks`.
+    says which ModuleLists hold the blocks; see :func:`find_repeated_blocks`.
     """
     import torch
 

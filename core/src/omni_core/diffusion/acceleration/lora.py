@@ -9,7 +9,7 @@ converts the community formats)::
 
 and, at the top of ``step``, ``self.adapters.activate(states[0].request.lora)``. The engine
 never puts requests with different adapters or scales in one step (the request's
-:meth:`~omni_core.contract.pipeline.GenerationRequest.lora_key` is part of the step key), so
+:meth:`~omni_core.contract.types.GenerationRequest.lora_key` is part of the step key), so
 one ``set_adapters`` per step is exact.
 
 What this does with diffusers' parts:

@@ -11,11 +11,10 @@ with its own estimate of the bytes the next decode (or encode) needs, before run
 ``options.memory.vae_tiling``: ``on`` tiles always, ``off`` never, ``auto`` (default) when the
 estimate exceeds 90% of the device's free memory (the platform's
 :meth:`~omni_core.contract.platforms.Platform.free_memory_bytes`; a platform that cannot tell, such
-as
-the CPU, never tiles on its own). ``vae_slicing`` (auto: with tiling, for batches over one)
-decodes a batch one sample at a time. ``tile_kwargs`` are the VAE class's own
-``enable_tiling`` arguments (default: :func:`tile_kwargs` of ``vae_tile``, diffusers' video
-VAE names; a VAE with other names gets its own from the pipeline).
+as the CPU, never tiles on its own). ``vae_slicing`` (auto: with tiling, for batches over one)
+decodes a batch one sample at a time. ``tile_kwargs`` are the VAE class's own ``enable_tiling``
+arguments (default: :func:`tile_kwargs` of ``vae_tile``, diffusers' video VAE names; a VAE with
+other names gets its own from the pipeline).
 """
 
 from __future__ import annotations

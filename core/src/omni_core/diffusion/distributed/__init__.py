@@ -3,22 +3,18 @@
 The pieces, from the outside in:
 
 - :mod:`~omni_core.diffusion.distributed.layout` checks a
-:class:`~omni_core.contract.config.ParallelConfig`
-  against the machine and the model *before* anything is spawned (``ConfigError`` otherwise).
+  :class:`~omni_core.contract.config.ParallelConfig` against the machine and the model *before*
+  anything is spawned (``ConfigError`` otherwise).
 - :mod:`~omni_core.diffusion.distributed.launcher` spawns one worker process per device; rank 0
-receives
-  requests, broadcasts them, every rank runs the same program in lock-step
+  receives requests, broadcasts them, every rank runs the same program in lock-step
   (:mod:`~omni_core.diffusion.distributed.worker`), and only rank 0's result comes back. A dead
-  worker
-  fails its requests and marks the group unhealthy.
+  worker fails its requests and marks the group unhealthy.
 - :mod:`~omni_core.diffusion.distributed.groups` builds the cfg and ulysses process groups in a
-worker and
-  exposes them as the process's :class:`ParallelState`.
+  worker and exposes them as the process's :class:`ParallelState`.
 - :mod:`~omni_core.diffusion.distributed.cfg` and :mod:`~omni_core.diffusion.distributed.ulysses`
-are the two
-  primitives a pipeline's ``step()`` uses; :mod:`~omni_core.diffusion.distributed.parallelize`
-  applies
-  them to a denoiser (the Ulysses plan comes from its model plugin's ``DenoiserSpec``).
+  are the two primitives a pipeline's ``step()`` uses;
+  :mod:`~omni_core.diffusion.distributed.parallelize` applies them to a denoiser (the Ulysses plan
+  comes from its model plugin's ``DenoiserSpec``).
 
 Nothing here imports torch at package import time, so ``omni --help`` stays fast.
 """

@@ -3,16 +3,14 @@
 Inside a worker (where :func:`~omni_core.diffusion.distributed.groups.current_parallel_state` is
 set):
 
-- **Ulysses** (``ulysses_degree > 1``): hooks shard the hidden states along the sequence
-  before the first transformer block and gather them after the last one, slicing every
-  per-token side input (rotary embeddings, per-token timestep embeddings, modulation indices)
-  the same way; self/joint attention is rerouted through
-  :class:`~omni_core.diffusion.distributed.ulysses.SequenceParallel` (text tokens replicated), cross
-  attention stays local. Where to cut is the :class:`~omni_core.diffusion.denoisers.SequencePlan`
-  of the
-  denoiser class, part of the :class:`~omni_core.diffusion.denoisers.DenoiserAdapter` its model
-  plugin
-  registers (``omni_register_denoisers``); the core knows no model's plan.
+- **Ulysses** (``ulysses_degree > 1``): hooks shard the hidden states along the sequence before the
+  first transformer block and gather them after the last one, slicing every per-token side input
+  (rotary embeddings, per-token timestep embeddings, modulation indices) the same way; self/joint
+  attention is rerouted through :class:`~omni_core.diffusion.distributed.ulysses.SequenceParallel`
+  (text tokens replicated), cross attention stays local. Where to cut is the
+  :class:`~omni_core.diffusion.denoisers.SequencePlan` of the denoiser class, part of the
+  :class:`~omni_core.diffusion.denoisers.DenoiserAdapter` its model plugin registers
+  (``omni_register_denoisers``); the core knows no model's plan.
 - **CFG-parallel** (``cfg_parallel_size == 2``): :class:`BatchSplitParallel` wraps the model.
   Pipelines that batch ``[cond; uncond]`` rows into one forward keep doing so; each cfg rank
   runs one half of the rows and the halves are all-gathered. (A batch with an odd number of

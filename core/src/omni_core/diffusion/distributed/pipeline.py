@@ -171,10 +171,10 @@ class PipelineProgram(WorkerProgram):
 class ParallelPipeline(StagedPipeline):
     """A :class:`StagedPipeline` whose stages run in a worker group: a drop-in for the engine.
 
-    ``Omni`` and the serving engine drive it exactly like a local pipeline (prepare / step /
-    decode, step-level batching by :meth:`batch_key`, progress and cancellation between
-    steps); each call is one round trip to rank 0, which broadcasts it to every rank. States
-    live in the workers; the local :class:`DenoiseState` is a handle (``data["sid"]``).
+    ``Omni`` and the serving engine drive it exactly like a local pipeline (prepare / step / decode,
+    step-level batching by :meth:`batch_key`, progress and cancellation between steps); each call is
+    one round trip to rank 0, which broadcasts it to every rank. States live in the workers; the
+    local :class:`~omni_core.contract.pipeline.DenoiseState` is a handle (``data["sid"]``).
     ``healthy`` and ``health_reason`` tell ``/health`` whether the group still serves.
     """
 

@@ -12,10 +12,9 @@ and CFG branch, e.g. ``f"{request_id}:cond"``) and call ``handle.finish(names)``
 ends; that returns the hit counts and frees the cached tensors of those names. Different names
 never share cached residuals, so concurrent requests stay independent.
 
-What a cache must know about a denoiser class (its block lists, TeaCache's indicator and
-polynomial, MagCache's ratios) is the :class:`~omni_core.diffusion.denoisers.DenoiserAdapter` its
-model
-plugin registers with ``omni_register_denoisers``; the backends know no model.
+What a cache must know about a denoiser class (its block lists, TeaCache's indicator and polynomial,
+MagCache's ratios) is the :class:`~omni_core.diffusion.denoisers.DenoiserAdapter` its model plugin
+registers with ``omni_register_denoisers``; the backends know no model.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """What every step cache shares: the per-request handle, diffusers-hook plumbing, ``apply_cache``.
 
-A cache backend (the ``implementation`` of a
-:class:`~omni_core.contract.registry.CacheBackendSpec`) is a
-:class:`CacheBackend` whose ``apply(module, config, adapter)`` installs its hooks and returns a
+A cache backend (the ``implementation`` of a :class:`~omni_core.contract.registry.CacheBackendSpec`)
+is a :class:`CacheBackend` whose ``apply(module, config, adapter)`` installs its hooks and returns a
 :class:`CacheHandle`. The backend is model-agnostic; the *adapter* is the
 :class:`~omni_core.diffusion.denoisers.DenoiserAdapter` the denoiser's model plugin registered (its
-block
-lists, TeaCache polynomial, MagCache ratios). Backends build on diffusers' hook machinery
-(``diffusers.hooks``), which keeps one state per *cache context*: omni names a context per
-request and CFG branch, so concurrent requests never share cached residuals.
+block lists, TeaCache polynomial, MagCache ratios). Backends build on diffusers' hook machinery
+(``diffusers.hooks``), which keeps one state per *cache context*: omni names a context per request
+and CFG branch, so concurrent requests never share cached residuals.
 """
 
 from __future__ import annotations
