@@ -1,5 +1,5 @@
-"""``/v1/audio``: speech as a whole file, a chunked raw stream or server-sent events, and the
-voices of the served speech models. Bodies pass through
+"""``POST /v1/audio/speech``: speech as a whole file, a chunked raw stream or server-sent events
+(the voices are :mod:`omni_core.serving.routes.speech.voices`). Bodies pass through
 :func:`omni_core.serving.compat.translate` (vLLM-Omni's ``task_type``, ``language``, ...);
 ``stream: true`` alone (vLLM-Omni's, the openai SDK never sends it) streams SSE events."""
 
@@ -29,7 +29,7 @@ from omni_core.serving.http import (
 )
 from omni_core.serving.models import pick
 from omni_core.serving.openapi import body_spec
-from omni_core.serving.routes import voices
+from omni_core.serving.routes.speech import voices
 from omni_core.serving.schemas import SpeechBody
 from omni_core.serving.state import ServerState
 from omni_core.speech.autoregressive import AutoregressiveSpeechPipeline
@@ -225,5 +225,3 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         if sse:
             return StreamingResponse(sse_stream(), media_type="text/event-stream", headers=headers)
         return StreamingResponse(audio_stream(), media_type=encoder.media_type, headers=headers)
-
-    voices.add_routes(router, state)
