@@ -62,19 +62,14 @@ async def reference_for(
 ) -> tuple[ReferenceVoice | None, bool]:
     """The voice a speech body clones: ``ref_audio`` (+ ``ref_text``) sent with it, or an
     uploaded voice named by ``voice``; ``(reference, voice_is_uploaded)``. The fields are taken
-    out of ``data``; a model that cannot clone gets a 400 naming the field."""
+    out of a translated ``data`` (compat refused them already for a model that cannot clone);
+    an uploaded voice for such a model is a 400 naming ``voice``."""
     pipeline = served.pipeline
     assert isinstance(pipeline, SpeechPipeline)
     ref_audio, ref_text = data.pop("ref_audio", None), data.pop("ref_text", None)
     if ref_audio is None and ref_text is not None:
         raise invalid("ref_text: give it with ref_audio (the audio it transcribes)", "ref_text")
     if ref_audio is not None:
-        if not pipeline.clones_voices:
-            raise invalid(
-                f"ref_audio: the model {served.id!r} cannot clone voices",
-                "ref_audio",
-                code="unsupported_parameter",
-            )
         if not isinstance(ref_audio, str) or (
             ref_text is not None and not isinstance(ref_text, str)
         ):
