@@ -5,8 +5,11 @@ The model: text bytes are embedded into a prompt; a two-layer transformers ``Qwe
 stack (unchanged: it calls the runtime's ``SlotCache`` through transformers' ``Cache`` API)
 makes codebook 0 of each frame, a frame stage predicts codebook 1 from the hidden state, and a
 causal codec (one frame of left context) turns frames into audio. A request ends at an end code
-or after ``len(text) // 2 + 3`` frames (checked on the device). :func:`reference_generate` is
-the plain one-request loop (``DynamicCache``, whole-file codec) the runtime must reproduce.
+or after ``len(text) // 2 + 3`` frames (checked on the device), or sooner with its one extra,
+``max_frames`` (which also takes vLLM-Omni's name for it, ``max_new_tokens``: an alias of the
+extras model is how a plugin declares another server's field as its own).
+:func:`reference_generate` is the plain one-request loop (``DynamicCache``, whole-file codec)
+the runtime must reproduce.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from torch import nn
 from transformers import Qwen3Config
 from transformers.cache_utils import DynamicCache
@@ -111,6 +115,20 @@ def frames_of(text: str) -> int:
     return len(text) // 2 + 3
 
 
+class AcmeExtras(BaseModel):
+    """The request knobs of the acme voice."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_frames: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        validation_alias=AliasChoices("max_frames", "max_new_tokens"),
+        description="Frames at most (vLLM-Omni's clients call it max_new_tokens).",
+    )
+
+
 # ------------------------------------------------------------------ the stages (the contract)
 class AcmeDecoder(DecoderStage):
     def __init__(self, model: AcmeModel) -> None:
@@ -164,6 +182,7 @@ class AcmeARTTSPipeline(AutoregressiveSpeechPipeline):
     """The plugin's pipeline: two voices, cloning from reference audio, 3-frame first chunks."""
 
     clones_voices = True
+    extras_model = AcmeExtras
     schedule = ChunkSchedule(first=2, rest=3)
 
     def __init__(self, model: AcmeModel, cfg: dict[str, Any], options: PipelineOptions) -> None:
@@ -207,10 +226,13 @@ class AcmeARTTSPipeline(AutoregressiveSpeechPipeline):
             speaker = torch.tensor([0.0, 1.0, 0.0, 1.0], dtype=torch.float64)
         with torch.inference_mode():
             prompt = prompt_of(self.model, request.prompt, speaker)
+        limit = frames_of(request.prompt) - 1
+        if request.extras["max_frames"] is not None:
+            limit = min(limit, request.extras["max_frames"])
         return ARState(
             request=request,
             data={"prompt": prompt, "made": torch.zeros((), dtype=torch.long),
-                  "limit": torch.tensor(frames_of(request.prompt) - 1)},
+                  "limit": torch.tensor(limit)},
         )  # fmt: skip
 
 

@@ -10,8 +10,9 @@ This module only assembles the app; the parts live by job:
 - :mod:`~omni_core.serving.connections` — header and body deadlines at the socket
 - :mod:`~omni_core.serving.guards` — Host and cross-origin checks (drive-by use from web pages)
 - :mod:`~omni_core.serving.openapi` — the documented bodies of hand-parsed routes
-- :mod:`~omni_core.serving.routes` — one module per resource: images, videos, speech, chat,
-  system
+- :mod:`~omni_core.serving.routes` — one module per resource, in folders that mirror the
+  lanes: ``diffusion`` (images, videos, image models' chat answers), ``speech`` (speech,
+  voices), ``chat`` (the chat completions route, chat models' answers), and ``system``
 - :mod:`~omni_core.serving.compat` — other servers' request fields mapped onto omni's
 """
 
@@ -31,7 +32,10 @@ from omni_core.serving.errors import APIError, from_exception, install_handlers
 from omni_core.serving.guards import BrowserGuardMiddleware
 from omni_core.serving.metrics import MetricsMiddleware
 from omni_core.serving.openapi import document_errors
-from omni_core.serving.routes import chat, images, speech, system, videos
+from omni_core.serving.routes import system
+from omni_core.serving.routes.chat import completions
+from omni_core.serving.routes.diffusion import images, videos
+from omni_core.serving.routes.speech import speech, voices
 from omni_core.serving.state import ServerState
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,7 +106,7 @@ def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = N
             )
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_key)])
-    for routes in (images, videos, speech, chat, system):
+    for routes in (images, videos, speech, voices, completions, system):
         routes.add_routes(v1, state)
     app.include_router(v1)
     system.add_open_routes(app, state)

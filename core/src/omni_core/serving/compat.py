@@ -16,9 +16,12 @@ and every field it names gets exactly one of three outcomes (``sdk-docs/docs/ser
 
 A value omni had to adjust to what the model accepts (a frame count rounded to 4k+1, an edit's
 size taken from its input image) is said in ``X-Omni-Adjusted-Fields``. Nothing changes the
-output silently. The pipeline-aware steps (:func:`fit_frames`, :func:`pipeline_field`,
-:func:`default_size`) ask the pipeline through its declared members only: ``validate``,
-``output_fps`` and ``extras_model``.
+output silently. What a model honours itself is never the table's: its extras model declares
+it (a field's name, or one of its validation aliases: :func:`declared_fields`), so the rule of
+a field the pipeline declares does not apply and the value reaches the pipeline as it is. The
+tables name no model family; the pipeline-aware steps (:func:`fit_frames`,
+:func:`pipeline_field`, :func:`default_size`) ask the pipeline through its declared members
+only: ``validate``, ``output_fps`` and ``extras_model``.
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import Request
+from pydantic import AliasChoices
 
 from omni_core.contract.errors import InvalidRequestError
 from omni_core.contract.pipeline import Pipeline
 from omni_core.contract.requests import make_request
 from omni_core.serving.errors import invalid
+from omni_core.speech.autoregressive import AutoregressiveSpeechPipeline
+from omni_core.speech.pipeline import SpeechPipeline
 
 Action = Literal["merge", "rename", "ignore", "refuse", "size"]
 
@@ -48,9 +54,13 @@ class Rule:
 
     ``accept`` (for ``ignore``) tells the values that cannot change the output; any other
     value is refused with ``why``. For ``refuse`` it tells the values omni honours itself
-    (kept as they are); only the others are refused. ``native``: keep the
-    name and value as they are when the pipeline's extras model declares it (the pipeline
-    honours it).
+    (kept as they are); only the others are refused.
+
+    The rule does not apply, and the field is kept (name and value as they are), when the
+    pipeline honours the field itself: ``native`` — its extras model declares it
+    (:func:`declared_fields`); ``honoured`` — true of the pipeline (a shared field it uses,
+    such as the token sampling of autoregressive voices, or one its declared members allow,
+    such as reference audio for a model that clones voices).
     """
 
     action: Action
@@ -58,6 +68,7 @@ class Rule:
     why: str = ""
     accept: Callable[[Any], bool] | None = None
     native: bool = False
+    honoured: Callable[[Pipeline], bool] | None = None
 
 
 @dataclass
@@ -132,6 +143,34 @@ _UNSAMPLED = "this penalty is not applied by omni's sampler (temperature, top_p,
 _NO_TOOLS = "tool calls are not served"
 _UNSTOPPED = "stop sequences are not served; an answer ends at the model's end token or max_tokens"
 
+
+def _samples_tokens(pipeline: Pipeline) -> bool:
+    """Autoregressive voices sample their tokens with the shared ``temperature``, ``top_p`` and
+    ``top_k`` (the other voices sample none)."""
+    return isinstance(pipeline, AutoregressiveSpeechPipeline)
+
+
+def _clones_voices(pipeline: Pipeline) -> bool:
+    return isinstance(pipeline, SpeechPipeline) and pipeline.clones_voices
+
+
+_NO_CLONING = "this model does not clone voices from reference audio"
+
+#: vLLM-Omni's own speech fields (its extension of OpenAI's speech API), for a model whose
+#: extras do not declare them (one that does honours them itself: ``native``).
+_VLLM_SPEECH: dict[str, Rule] = {
+    "task_type": Rule(
+        "ignore",
+        native=True,
+        accept=lambda v: v in (None, "CustomVoice"),
+        why="vLLM-Omni's default task, 'CustomVoice', speaking in a voice of the model, is "
+        "what this model does; another task needs a model whose extras take task_type",
+    ),
+    "max_new_tokens": Rule("ignore", native=True, why="a token budget; this model takes none"),
+    "initial_codec_chunk_frames": Rule("ignore", why=_INTERNAL),
+}
+
+
 TABLES: dict[str, dict[str, Rule]] = {
     "images.generations": _IMAGE,
     "images.edits": {
@@ -200,21 +239,18 @@ TABLES: dict[str, dict[str, Rule]] = {
     },
     "speech": {
         "extra_body": _MERGE,
-        "task_type": Rule(
-            "ignore",
-            accept=lambda v: v in (None, "CustomVoice", "custom_voice"),
-            why="this model speaks preset voices (CustomVoice); voice design and voice "
-            "cloning need a model that declares them",
-        ),
-        "ref_audio": Rule("refuse", why="this model does not clone voices from reference audio"),
-        "ref_text": Rule("refuse", why="this model does not clone voices from reference audio"),
-        "max_new_tokens": Rule("ignore", why="a token budget of autoregressive TTS models"),
+        **_VLLM_SPEECH,
+        "ref_audio": Rule("refuse", honoured=_clones_voices, why=_NO_CLONING),
+        "ref_text": Rule("refuse", honoured=_clones_voices, why=_NO_CLONING),
         **{
-            name: Rule("ignore", why="token sampling of autoregressive TTS; this voice has none")
+            name: Rule(
+                "ignore", honoured=_samples_tokens, why="token sampling; this voice samples none"
+            )
             for name in ("temperature", "top_p", "top_k")
         },
-        "initial_codec_chunk_frames": Rule("ignore", why=_INTERNAL),
-        "instructions": Rule("ignore", why="the served voices take no style instructions"),
+        "instructions": Rule(
+            "ignore", native=True, why="this model takes no instructions (style or voice)"
+        ),
     },
 }
 
@@ -272,13 +308,15 @@ def translate(
     for name, rule in table.items():  # merges first: their fields meet the other rules
         if rule.action == "merge" and name in body:
             _merge(body, name, body.pop(name))
-    declared = set(pipeline.extras_model.model_fields) if pipeline is not None else set()
+    declared = declared_fields(pipeline) if pipeline is not None else frozenset()
     for name, rule in table.items():
         if name not in body or rule.action in ("merge", "size"):
             continue
         value = body[name]
         if rule.native and name in declared:
             continue  # the pipeline honours it itself (an extra it declares)
+        if rule.honoured is not None and pipeline is not None and rule.honoured(pipeline):
+            continue
         if rule.action == "rename":
             if rule.target == name:
                 continue
@@ -307,6 +345,22 @@ def translate(
     if any(table.get(k) is _SIZE for k in ("width", "height")):
         _size(body)
     return body
+
+
+def declared_fields(pipeline: Pipeline) -> frozenset[str]:
+    """The request fields ``pipeline``'s extras model declares: every field's name and the names
+    its aliases accept. An alias is how a plugin takes another server's name for a field of
+    its own (``Field(validation_alias=AliasChoices("style", "instructions"))``): the field is
+    then the pipeline's, whatever the tables say of it."""
+    names: set[str] = set()
+    for name, info in pipeline.extras_model.model_fields.items():
+        names.add(name)
+        for alias in (info.alias, info.validation_alias):
+            if isinstance(alias, str):
+                names.add(alias)
+            elif isinstance(alias, AliasChoices):
+                names.update(choice for choice in alias.choices if isinstance(choice, str))
+    return frozenset(names)
 
 
 def model_of(data: Mapping[str, Any]) -> str | None:
@@ -417,7 +471,7 @@ def pipeline_field(
     """A field some pipelines take as an extra (``fps``, ``language``): honoured as the
     pipeline's extra when its extras model declares it; otherwise accepted (and reported) only
     when it equals what the pipeline produces anyway (``actual``), else a 400."""
-    if name in pipeline.extras_model.model_fields:
+    if name in declared_fields(pipeline):
         extras[name] = value
         return
     if actual is not None and str(value).lower() == str(actual).lower():

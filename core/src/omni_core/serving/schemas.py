@@ -130,10 +130,12 @@ class SpeechBody(_Body):
     speed: float = Field(1.0, ge=0.25, le=4.0)
     stream: bool = False
     stream_format: Literal["sse", "audio"] | None = None
-    instructions: str | None = Field(
-        None, max_length=4096, description="Accepted for compatibility; ignored."
-    )
     seed: int | None = Field(None, ge=0, lt=2**63)
+    temperature: float | None = Field(
+        None, description="Autoregressive voices sample with it (0: greedy); others ignore it."
+    )
+    top_p: float | None = Field(None, description="Autoregressive voices: nucleus sampling.")
+    top_k: int | None = Field(None, description="Autoregressive voices: top-k sampling.")
     sample_rate: int | None = Field(
         None, ge=8000, le=192000, description="Resample the output to this rate (Hz)."
     )
@@ -153,6 +155,12 @@ class SpeechBody(_Body):
             value = self.voice.get("id")
             return str(value) if value is not None else None
         return self.voice
+
+    def sampling(self) -> dict[str, Any]:
+        """The shared sampling fields given (compat drops them for voices that sample none;
+        the request schema checks their ranges)."""
+        given = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
+        return {k: v for k, v in given.items() if v is not None}
 
 
 class ChatBody(_Body):

@@ -1,5 +1,5 @@
-"""What the routes share: the config, the served models, the stores, the video jobs and the
-metrics.
+"""What the routes share: the config, the served models, the stores (jobs, outputs, uploaded
+voices), the video jobs, the transcripts of recent spoken answers and the metrics.
 
 Models load in a background thread after the socket is open, so ``/health`` can say 503 until every
 model is loaded and warmed. Requests are built by :func:`omni_core.contract.requests.build_request`
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -32,11 +34,40 @@ from omni_core.serving.stores import (
     open_job_store,
     open_output_store,
 )
+from omni_core.speech.voices import VoiceStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.api import Omni
 
 log = logging.getLogger("omni.serving")
+
+
+class Transcripts:
+    """The transcripts of recent spoken chat answers, by audio id: a later turn may name an
+    earlier answer by ``audio.id`` alone (OpenAI's multi-turn audio). Each is kept until its
+    ``expires_at``; past ``limit`` the oldest go first."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._kept: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, audio_id: str, expires_at: float, transcript: str) -> None:
+        with self._lock:
+            self._kept[audio_id] = (float(expires_at), transcript)
+            self._prune()
+
+    def live(self) -> dict[str, str]:
+        """The transcripts not expired yet, by audio id."""
+        with self._lock:
+            self._prune()
+            return {audio_id: text for audio_id, (_, text) in self._kept.items()}
+
+    def _prune(self) -> None:
+        now = time.time()
+        kept = self._kept
+        while kept and (len(kept) > self.limit or next(iter(kept.values()))[0] < now):
+            kept.popitem(last=False)
 
 
 class ServerState:
@@ -56,6 +87,9 @@ class ServerState:
         #: Encodes MP4s and writes job progress off the engine threads.
         self.io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="omni-io")
         self.loader: threading.Thread | None = None
+        #: Recent spoken chat answers' transcripts (``/v1/chat/completions``).
+        self.transcripts = Transcripts()
+        self._voices: VoiceStore | None = None
         self._drain_lock = threading.Lock()
         self._drained = False
 
@@ -63,6 +97,14 @@ class ServerState:
     def jobs(self) -> VideoJobs:
         assert self._jobs is not None, "the server has not started"
         return self._jobs
+
+    @property
+    def voices(self) -> VoiceStore:
+        """The uploaded voices (``/v1/audio/voices``), under the state dir: opened on first use,
+        so a server that never sees a voice creates no folder for them."""
+        if self._voices is None:
+            self._voices = VoiceStore(self.config.state_dir)
+        return self._voices
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -43,7 +43,10 @@ _TASKS = {
 
 
 class Qwen3TTSExtras(BaseModel):
-    """Request fields of Qwen3-TTS beyond the shared ones (vLLM-Omni's names)."""
+    """Request fields of Qwen3-TTS beyond the shared ones, by vLLM-Omni's names: declaring them
+    is what makes the server hand vLLM-Omni's ``task_type``, ``instructions``,
+    ``max_new_tokens``, ... to this pipeline (its compat rules are for models that do not);
+    ``task_type`` takes vLLM-Omni's spelling and ours (``CustomVoice``, ``custom_voice``)."""
 
     model_config = ConfigDict(extra="forbid")
 

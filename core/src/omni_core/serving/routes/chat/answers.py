@@ -1,5 +1,6 @@
-"""``POST /v1/chat/completions`` for chat models: text answers, and spoken ones from omni models,
-in OpenAI's shapes (:mod:`omni_core.serving.routes.chat` hands chat models' requests here).
+"""Chat models' answers to ``POST /v1/chat/completions``: text, and speech from omni models, in
+OpenAI's shapes (the route is :mod:`omni_core.serving.routes.chat.completions`; it hands chat
+models' bodies here).
 
 The body passes :func:`omni_core.serving.compat.translate` (``max_completion_tokens``, sampling
 fields omni does not apply, tools, ...), its ``messages`` become
@@ -25,7 +26,8 @@ audio chunk's ``delta.content`` is a base64 WAV file of that piece. A request th
 ``audio: {voice, format}`` gets OpenAI's shapes above.
 
 An assistant turn may name an earlier spoken answer by ``audio.id`` alone (as OpenAI's
-multi-turn audio examples do): its transcript is kept for :data:`AUDIO_TTL_S`.
+multi-turn audio examples do): its transcript is kept for :data:`AUDIO_TTL_S` in the server's
+:class:`~omni_core.serving.state.Transcripts`.
 """
 
 from __future__ import annotations
@@ -34,8 +36,6 @@ import asyncio
 import json
 import time
 import uuid
-import weakref
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from concurrent.futures import Future
 from typing import Any
@@ -56,22 +56,8 @@ from omni_core.serving.state import ServerState
 
 #: Seconds an audio answer's transcript is kept for later turns that name it (``expires_at``).
 AUDIO_TTL_S = 3600
-#: Most transcripts kept per server (the oldest go first).
-MAX_TRANSCRIPTS = 4096
 #: What a streaming job's queue carries: the deltas, then the job's finished future.
 Item = ChatDelta | Future[GenerationResult]
-
-_TRANSCRIPTS: weakref.WeakKeyDictionary[ServerState, OrderedDict[str, tuple[float, str]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _transcripts(state: ServerState) -> OrderedDict[str, tuple[float, str]]:
-    kept = _TRANSCRIPTS.setdefault(state, OrderedDict())
-    now = time.time()
-    while kept and (len(kept) > MAX_TRANSCRIPTS or next(iter(kept.values()))[0] < now):
-        kept.popitem(last=False)
-    return kept
 
 
 def _usage(usage: ChatUsage) -> dict[str, int]:
@@ -119,8 +105,7 @@ async def answer(
     data = compat.translate("chat.answers", data, request, served.pipeline)
     named = "modalities" in data
     body = validate(ChatAnswerBody, data)
-    kept = _transcripts(state)
-    parsed = chat_inputs.parse_messages(body.messages, {k: v[1] for k, v in kept.items()})
+    parsed = chat_inputs.parse_messages(body.messages, state.transcripts.live())
     await chat_inputs.decode_media(parsed, state, request)
     # vLLM-Omni's clients send no `audio` object: they get its shapes (module doc)
     vllm = body.audio is None
@@ -154,7 +139,7 @@ async def answer(
     headers = compat.headers(request)
 
     def remember(transcript: str) -> None:
-        kept[audio_id] = (float(expires), transcript)
+        state.transcripts.remember(audio_id, expires, transcript)
 
     if not body.stream:
         result = await await_job(served, state.submit(served, Job(gen)), request)

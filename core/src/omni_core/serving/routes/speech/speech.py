@@ -1,7 +1,10 @@
-"""``/v1/audio``: speech as a whole file, a chunked raw stream or server-sent events, and the
-voices of the served speech models. Bodies pass through
-:func:`omni_core.serving.compat.translate` (vLLM-Omni's ``task_type``, ``language``, ...);
-``stream: true`` alone (vLLM-Omni's, the openai SDK never sends it) streams SSE events."""
+"""``POST /v1/audio/speech``: speech as a whole file, a chunked raw stream or server-sent events.
+
+A body passes through :func:`omni_core.serving.compat.translate`, the one place that says what
+each foreign field becomes for the model asked (vLLM-Omni's ``task_type``, the token sampling
+fields, reference audio, ...; a field the pipeline's extras declare is the pipeline's own),
+then is built into the request. ``stream: true`` alone (vLLM-Omni's, the openai SDK never
+sends it) streams SSE events. The voices are :mod:`omni_core.serving.routes.speech.voices`."""
 
 from __future__ import annotations
 
@@ -29,10 +32,9 @@ from omni_core.serving.http import (
 )
 from omni_core.serving.models import pick
 from omni_core.serving.openapi import body_spec
-from omni_core.serving.routes import voices
+from omni_core.serving.routes.speech import voices
 from omni_core.serving.schemas import SpeechBody
 from omni_core.serving.state import ServerState
-from omni_core.speech.autoregressive import AutoregressiveSpeechPipeline
 from omni_core.speech.pipeline import SpeechPipeline
 
 log = logging.getLogger("omni.serving")
@@ -61,27 +63,6 @@ def _speaks(asked: str, language: str | None) -> bool:
     return language.lower().replace("-", "_").startswith(code.replace("-", "_"))
 
 
-#: Body fields other servers send that a pipeline may honour as its own extras (declared by its
-#: extras model); for other pipelines compat's table decides (ignored and reported, or a 400).
-_NATIVE = ("instructions", "task_type", "x_vector_only_mode", "max_new_tokens")
-
-
-def _native_fields(data: dict[str, Any], pipeline: SpeechPipeline) -> dict[str, Any]:
-    declared = pipeline.extras_model.model_fields
-    return {k: data.pop(k) for k in _NATIVE if k in data and k in declared}
-
-
-#: Shared sampling fields: autoregressive voices sample tokens with them; for the others
-#: compat's table ignores and reports them.
-_SAMPLING = ("temperature", "top_p", "top_k")
-
-
-def _sampling_fields(data: dict[str, Any], pipeline: SpeechPipeline) -> dict[str, Any]:
-    if not isinstance(pipeline, AutoregressiveSpeechPipeline):
-        return {}
-    return {k: data.pop(k) for k in _SAMPLING if k in data}
-
-
 def _voice_of(data: dict[str, Any]) -> str | None:
     voice = data.get("voice")
     if isinstance(voice, dict):
@@ -103,22 +84,18 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         served = pick(state.models, compat.model_of(data), "speech")
         pipeline = served.pipeline
         assert isinstance(pipeline, SpeechPipeline)
-        native = _native_fields(data, pipeline)  # what this pipeline honours itself
-        sampling = _sampling_fields(data, pipeline)
+        data = compat.translate("speech", data, request, pipeline)
         reference, uploaded = await voices.reference_for(state, served, data, _voice_of(data))
-        data = compat.translate("speech", data, request, served.pipeline)
         body = validate(SpeechBody, data)
         # no format given: the server's (--speech-format, wav by default as in vLLM-Omni)
         fmt = body.response_format or state.config.speech_format
-        extras = {**body.extras(), **native}
-        if body.instructions and "instructions" in pipeline.extras_model.model_fields:
-            extras["instructions"] = body.instructions
-        if body.language is not None and isinstance(pipeline, SpeechPipeline):
+        extras = body.extras()
+        if body.language is not None:
             spoken = _voice_language(pipeline, body.voice_id())
             actual = body.language if _speaks(body.language, spoken) else spoken
             compat.pipeline_field(pipeline, "language", body.language, actual, extras, request)
         streamed = body.stream or body.stream_format is not None
-        fields: dict[str, Any] = {"prompt": body.input, "speed": body.speed, **sampling}
+        fields: dict[str, Any] = {"prompt": body.input, "speed": body.speed, **body.sampling()}
         fields["stream"] = streamed
         voice = body.voice_id()
         if reference is not None and not uploaded and voice is not None:
@@ -225,5 +202,3 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         if sse:
             return StreamingResponse(sse_stream(), media_type="text/event-stream", headers=headers)
         return StreamingResponse(audio_stream(), media_type=encoder.media_type, headers=headers)
-
-    voices.add_routes(router, state)

@@ -11,7 +11,6 @@ it for every served model that clones voices; ``DELETE /v1/audio/voices/{name}``
 from __future__ import annotations
 
 import asyncio
-import weakref
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -24,17 +23,9 @@ from omni_core.serving.http import form_fields, form_files, read_form, upload_by
 from omni_core.serving.models import ServedModel
 from omni_core.serving.state import ServerState
 from omni_core.speech.pipeline import SpeechPipeline
-from omni_core.speech.voices import VoiceStore, check_name, decode_reference
+from omni_core.speech.voices import check_name, decode_reference
 
-_STORES: weakref.WeakKeyDictionary[ServerState, VoiceStore] = weakref.WeakKeyDictionary()
 _CONSENT_FALSE = {"", "0", "false", "no", "off", "none"}
-
-
-def store_of(state: ServerState) -> VoiceStore:
-    store = _STORES.get(state)
-    if store is None:
-        store = _STORES[state] = VoiceStore(state.config.state_dir)
-    return store
 
 
 def _ready_models(state: ServerState, model: str | None) -> list[ServedModel]:
@@ -71,19 +62,14 @@ async def reference_for(
 ) -> tuple[ReferenceVoice | None, bool]:
     """The voice a speech body clones: ``ref_audio`` (+ ``ref_text``) sent with it, or an
     uploaded voice named by ``voice``; ``(reference, voice_is_uploaded)``. The fields are taken
-    out of ``data``; a model that cannot clone gets a 400 naming the field."""
+    out of a translated ``data`` (compat refused them already for a model that cannot clone);
+    an uploaded voice for such a model is a 400 naming ``voice``."""
     pipeline = served.pipeline
     assert isinstance(pipeline, SpeechPipeline)
     ref_audio, ref_text = data.pop("ref_audio", None), data.pop("ref_text", None)
     if ref_audio is None and ref_text is not None:
         raise invalid("ref_text: give it with ref_audio (the audio it transcribes)", "ref_text")
     if ref_audio is not None:
-        if not pipeline.clones_voices:
-            raise invalid(
-                f"ref_audio: the model {served.id!r} cannot clone voices",
-                "ref_audio",
-                code="unsupported_parameter",
-            )
         if not isinstance(ref_audio, str) or (
             ref_text is not None and not isinstance(ref_text, str)
         ):
@@ -101,7 +87,7 @@ async def reference_for(
         return ReferenceVoice(audio=audio, sample_rate=rate, transcript=ref_text), False
     if voice is None or voice in {v.id for v in pipeline.voices()}:
         return None, False
-    store = store_of(state)
+    store = state.voices
     if store.get(voice) is None:
         return None, False  # the pipeline's own check names the voices it has
     if not pipeline.clones_voices:
@@ -140,7 +126,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             for s in served_models
             if isinstance(s.pipeline, SpeechPipeline) and s.pipeline.clones_voices
         ]
-        for stored in store_of(state).list() if cloning else []:
+        for stored in state.voices.list() if cloning else []:
             data.extend(
                 {**stored.as_dict(), "description": "uploaded", "model": m} for m in cloning
             )
@@ -194,7 +180,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                     code="voice_exists",
                 )
         audio, rate = await asyncio.to_thread(decode_reference, raw)
-        store = store_of(state)
+        store = state.voices
         language = fields.get("language") or None
         stored = store.add(
             name, audio, rate, transcript=transcript, consent=consent, language=language
@@ -209,6 +195,6 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
 
     @router.delete("/audio/voices/{name}", summary="Delete an uploaded voice")
     async def delete(name: str) -> dict[str, Any]:
-        if not store_of(state).delete(check_name(name)):
+        if not state.voices.delete(check_name(name)):
             raise APIError(404, f"no uploaded voice {name!r}", param="name", code="voice_not_found")
         return {"id": name, "object": "voice", "deleted": True}
