@@ -1,5 +1,6 @@
-"""`omni new-plugin`: bad input, every kind renders valid code, and a generated package installed
-with pip shows up in `omni list-plugins` and passes its own first test."""
+"""`omni new-plugin`: bad input, every kind renders valid code, and generated packages installed
+with pip show up in `omni list-plugins` and pass their own tests (a kernel's comparison; the
+speech and chat kinds' checks against their plain loops, through the engine and `omni serve`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import ast
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from omni_core.cli import cli
-from omni_core.commands.new_plugin import KINDS
+from omni_core.commands.new_plugin import KINDS, PIPELINE_KINDS, SERVED_KINDS
 from omni_core.testing import assert_imports_only_faces
 
 
@@ -62,9 +64,13 @@ def test_every_kind_writes_a_complete_package(kind: str, tmp_path: Path) -> None
     assert f'omni-demo-{kind} = "{module}.plugin"' in pyproject
     assert "omni-core" in pyproject and ">=0.3,<0.4" in pyproject
     assert "torch==2.13.0" in (root / "tox.ini").read_text()
-    # Only a model needs the runtime (diffusers, transformers); a kernel needs torch alone.
-    assert ("omni-core[runtime]" in pyproject) == (kind == "model"), pyproject
+    # Only a pipeline needs the runtime (diffusers, transformers); a kernel needs torch alone.
+    assert ("omni-core[runtime]" in pyproject) == (kind in PIPELINE_KINDS), pyproject
     assert ("torch>=" in pyproject) == (kind in ("attention", "cache", "quantizer")), pyproject
+    # A served kind's tests start `omni serve` and ask it with the openai client.
+    assert ('"omni-core[serve]' in pyproject and '"openai>=' in pyproject) == (
+        kind in SERVED_KINDS
+    ), pyproject
     readme = (root / "README.md").read_text()
     assert "](http" not in readme, readme  # no placeholder links
     if kind in ("attention", "cache", "quantizer"):
@@ -76,7 +82,7 @@ def test_every_kind_writes_a_complete_package(kind: str, tmp_path: Path) -> None
     assert f'"{module}.{impl_module}:' in plugin_source
     for path in root.rglob("*.py"):
         ast.parse(path.read_text(), filename=str(path))  # valid Python, placeholders filled
-        assert "{{" not in path.read_text()
+        assert not re.search(r"\{\{\w+\}\}", path.read_text()), path
     test_source = (root / f"tests/test_{module}_plugin.py").read_text()
     assert "discoverable" in test_source and f"registry.{kind_attr}[" in test_source
     # The generated code is lint-clean under its own ruff config (ruff is in omni-core[test]).
@@ -90,15 +96,26 @@ def test_every_kind_writes_a_complete_package(kind: str, tmp_path: Path) -> None
     assert lint.returncode == 0, lint.stdout
 
 
-def test_generated_plugin_installed_with_pip_is_listed_and_its_own_test_passes(
+#: What the install test generates: (NAME, kind, what `omni list-plugins` says it provides).
+INSTALLED = (
+    ("kit-check", "attention", "attention_backends"),
+    ("kit-speech", "speech", "pipelines"),
+    ("kit-chat", "chat", "pipelines"),
+)
+
+
+def test_generated_plugins_installed_with_pip_are_listed_and_their_own_tests_pass(
     tmp_path: Path,
 ) -> None:
-    code, output = _new("kit-check", "--kind", "attention", "--output", str(tmp_path))
-    assert code == 0, output
-    package = tmp_path / "omni-kit-check"
+    packages = []
+    for name, kind, _ in INSTALLED:
+        code, output = _new(name, "--kind", kind, "--output", str(tmp_path))
+        assert code == 0, output
+        packages.append(tmp_path / f"omni-{name}")
     site = tmp_path / "site"
-    # A real pip install (wheel built from the generated pyproject, entry point and all) into a
-    # private target directory: the shared environment is never modified, nothing to uninstall.
+    # A real pip install (wheels built from the generated pyprojects, entry points and all) into
+    # a private target directory: the shared environment is never modified, nothing to
+    # uninstall. One pip call for all of them.
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
     install = subprocess.run(
         [
@@ -111,16 +128,17 @@ def test_generated_plugin_installed_with_pip_is_listed_and_its_own_test_passes(
             *isolation,
             "--target",
             str(site),
-            str(package),
+            *map(str, packages),
         ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert install.returncode == 0, install.stderr[-3000:]
-    assert list(site.glob("omni_kit_check-0.1.0.dist-info"))
+    for name, _, _ in INSTALLED:
+        assert list(site.glob(f"omni_{name.replace('-', '_')}-0.1.0.dist-info")), name
     pythonpath = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": pythonpath}
+    env = {**os.environ, "PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1"}
     listed = subprocess.run(
         [sys.executable, "-m", "omni_core.cli", "list-plugins", "--json"],
         capture_output=True,
@@ -130,20 +148,25 @@ def test_generated_plugin_installed_with_pip_is_listed_and_its_own_test_passes(
     )
     assert listed.returncode == 0, listed.stderr
     plugins = {p["name"]: p for p in json.loads(listed.stdout)}
-    mine = plugins["omni-kit-check"]
-    assert mine["status"] == "ok" and mine["distribution"] == "omni-kit-check"
-    assert mine["provides"]["attention_backends"] == ["kit-check"]
-    own_test = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
-        cwd=package,
+    for name, _, provides in INSTALLED:
+        mine = plugins[f"omni-{name}"]
+        assert mine["status"] == "ok" and mine["distribution"] == f"omni-{name}"
+        assert mine["provides"][provides] == [name]
+    # Every package's own tests, in one pytest process (torch and transformers import once).
+    pytest_args = ["-q", "-p", "no:cacheprovider", "--durations=0"]
+    own_tests = subprocess.run(
+        [sys.executable, "-m", "pytest", *pytest_args, *(str(p / "tests") for p in packages)],
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=600,
     )
-    assert own_test.returncode == 0, own_test.stdout[-3000:]
-    # Discoverable, and the backend matches torch's SDPA (6 cases): torch is all it imports.
-    assert "7 passed" in own_test.stdout, own_test.stdout[-1000:]
+    assert own_tests.returncode == 0, own_tests.stdout[-5000:]
+    # attention: discoverable + matches torch's SDPA (6 cases), torch is all it imports;
+    # speech and chat: discoverable + the plain loop alone, seeded, batched by the engine and
+    # through `omni serve` (4 each).
+    assert "17 passed" in own_tests.stdout, own_tests.stdout[-2000:]
 
 
 def test_the_model_kind_is_a_staged_pipeline_with_its_denoiser_and_uses_only_the_sdk(
@@ -167,3 +190,34 @@ def test_the_model_kind_is_a_staged_pipeline_with_its_denoiser_and_uses_only_the
         assert call in pipeline_source, call
     # A third-party plugin needs nothing but the public SDK (omni-core's faces).
     assert_imports_only_faces((root / "src").rglob("*.py"), test_kit=False)
+
+
+@pytest.mark.parametrize(
+    ("kind", "base", "task"),
+    [
+        ("speech", "AutoregressiveSpeechPipeline", "tts"),
+        ("chat", "AutoregressiveChatPipeline", "chat"),
+    ],
+)
+def test_the_speech_and_chat_kinds_are_autoregressive_pipelines_and_use_only_the_sdk(
+    kind: str, base: str, task: str, tmp_path: Path
+) -> None:
+    code, output = _new(f"demo-{kind}", "--kind", kind, "--output", str(tmp_path))
+    assert code == 0, output
+    root, module = tmp_path / f"omni-demo-{kind}", f"omni_demo_{kind}"
+    plugin_source = (root / f"src/{module}/plugin.py").read_text()
+    assert f'tasks=("{task}",)' in plugin_source and "step_batching=True" in plugin_source
+    pipeline_source = (root / f"src/{module}/pipeline.py").read_text()
+    assert f"\nclass Demo{kind.capitalize()}Pipeline({base}):" in pipeline_source
+    assert "sample_tokens(" in pipeline_source  # seeded sampling, the same alone or batched
+    # The tiny checkpoint's builder and the plain loop the runtime must reproduce.
+    testing_source = (root / f"src/{module}/testing.py").read_text()
+    assert f"def build_tiny_demo_{kind}(" in testing_source
+    assert "DynamicCache()" in testing_source and "save" in testing_source
+    tests_source = (root / f"tests/test_{module}_pipeline.py").read_text()
+    for check in ("Omni(", "Engine(", "omni_command(", "openai.OpenAI("):
+        assert check in tests_source, check
+    # A third-party plugin needs nothing but the public SDK (omni-core's faces); its tests
+    # may use the test kit too.
+    assert_imports_only_faces((root / "src").rglob("*.py"), test_kit=False)
+    assert_imports_only_faces((root / "tests").rglob("*.py"))

@@ -10,6 +10,11 @@ The ``model`` kind is a complete staged pipeline around a small diffusion transf
 (``denoiser.py``), with a ``testing.py`` that writes a tiny random-weight checkpoint and a test
 that generates through ``Omni(...)``: step batching, step caches, fused QKV, regional compile
 and CFG/Ulysses parallelism all apply to it through the hooks and ``import omni_core`` alone.
+The ``speech`` and ``chat`` kinds are autoregressive pipelines in the same spirit (an
+``AutoregressiveSpeechPipeline`` over a transformers decoder with a code predictor and a codec;
+an ``AutoregressiveChatPipeline`` over a transformers causal LM): their ``testing.py`` builds a
+tiny checkpoint and holds the plain one-request loop the runtime must reproduce, and their tests
+check it alone, batched by the engine and served by ``omni serve`` to the ``openai`` client.
 
 Templates live in ``templates/plugin``: ``common/`` for every kind, ``kinds/<kind>/`` for one
 kind (its files go to ``src/<module>/``, except those under ``tests/``, which go to ``tests/``).
@@ -38,7 +43,14 @@ KINDS: dict[str, tuple[str, str, str, str, bool]] = {
     ),
     "cache": ("omni_register_cache_backends", "cache_backends", "cache", "cache backend", True),
     "quantizer": ("omni_register_quantizers", "quantizers", "quantizer", "quantizer", True),
+    "speech": ("omni_register_pipelines", "pipelines", "pipeline", "speech pipeline", True),
+    "chat": ("omni_register_pipelines", "pipelines", "pipeline", "chat pipeline", True),
 }
+
+#: Kinds that are pipelines: they need omni-core's runtime extra (torch, diffusers, transformers).
+PIPELINE_KINDS = ("model", "speech", "chat")
+#: Kinds whose tests serve the model with ``omni serve`` and ask it through the ``openai`` client.
+SERVED_KINDS = ("speech", "chat")
 
 
 #: The omni-core range a generated plugin depends on: this minor (0.x: minors may break).
@@ -65,6 +77,7 @@ def names_for(name: str) -> dict[str, str]:
         "module": module,
         "spec_name": short,
         "class_name": class_name,
+        "snake_name": short.replace("-", "_"),
         "device_type": short.replace("-", "").replace("platform", "") or "device",
     }
 
@@ -92,11 +105,21 @@ def validate_name(name: str) -> dict[str, str]:
 
 
 def requirements(kind: str, needs_torch: bool) -> list[str]:
-    """What a generated package depends on: the runtime extra only for a model (a pipeline needs
-    diffusers and transformers), torch alone for a kernel kind, omni-core alone otherwise."""
-    if kind == "model":
-        return [f"omni-core[runtime]{core_range()}"]
+    """What a generated package depends on: the runtime extra only for a pipeline (it needs
+    diffusers or transformers; a chat model's tokenizer is built with tokenizers), torch alone
+    for a kernel kind, omni-core alone otherwise."""
+    if kind in PIPELINE_KINDS:
+        extra = ["tokenizers>=0.19"] if kind == "chat" else []
+        return [f"omni-core[runtime]{core_range()}", *extra]
     return [f"omni-core{core_range()}", *(["torch>=2.4"] if needs_torch else [])]
+
+
+def testing_requirements(kind: str) -> list[str]:
+    """The ``test`` extra: pytest, and for a served kind the server and the clients its tests
+    use (a real ``omni serve``, the official ``openai`` client, httpx for /health)."""
+    if kind in SERVED_KINDS:
+        return ["pytest>=8", f"omni-core[serve]{core_range()}", "openai>=1.40", "httpx>=0.27"]
+    return ["pytest>=8"]
 
 
 def render(text: str, values: dict[str, str]) -> str:
@@ -127,6 +150,7 @@ def write_plugin(name: str, kind: str, output: Path) -> Path:
         "api": PLUGIN_API_VERSION,
         "description": f"The {names['spec_name']} {singular} for omni.",
         "dependencies": ", ".join(f'"{d}"' for d in requirements(kind, needs_torch)),
+        "test_dependencies": ", ".join(f'"{d}"' for d in testing_requirements(kind)),
         "core_range": core_range(),
     }
     root = resources.files("omni_core").joinpath(TEMPLATE_ROOT)
