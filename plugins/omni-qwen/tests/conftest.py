@@ -82,7 +82,7 @@ def qwen_images() -> list[Any]:
 @pytest.fixture(scope="session")
 def qwen3_tts_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny random Qwen3-TTS checkpoints (official layout): the three kinds + a 0.6B-style one."""
-    from omni_qwen.tts import build_tiny_qwen3_tts
+    from omni_qwen.testing import build_tiny_qwen3_tts
 
     root = tmp_path_factory.mktemp("qwen3-tts-model")
     specs = {

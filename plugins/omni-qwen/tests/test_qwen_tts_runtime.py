@@ -20,7 +20,7 @@ TEXTS = ["Hello there, how are you?", "A second and longer sentence to speak tod
 
 @pytest.fixture(scope="module")
 def tts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Omni]:
-    from omni_qwen.tts import build_tiny_qwen3_tts
+    from omni_qwen.testing import build_tiny_qwen3_tts
 
     root = tmp_path_factory.mktemp("qwen3-tts")
     loaded = {}
