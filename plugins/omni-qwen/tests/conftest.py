@@ -24,14 +24,11 @@ def qwen_pipelines(qwen_checkpoints: dict[str, Path]) -> dict[str, Any]:
     """Our pipelines, float32 on CPU, keyed by variant."""
     import torch
 
-    from omni_core.contract.pipeline import PipelineOptions
-    from omni_core.contract.platforms import current_platform
+    from omni_core.testing import pipeline_options
     from omni_qwen import pipelines
 
     torch.set_num_threads(2)
-    options = PipelineOptions(
-        device=torch.device("cpu"), dtype=torch.float32, platform=current_platform()
-    )
+    options = pipeline_options(dtype=torch.float32)
     classes = {
         "t2i": pipelines.QwenImagePipeline,
         "edit": pipelines.QwenImageEditPipeline,

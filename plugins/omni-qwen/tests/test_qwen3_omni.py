@@ -28,12 +28,9 @@ AUDIO_ATOL = 1e-4
 
 
 def _options(**extra: Any) -> Any:
-    from omni_core.contract.pipeline import PipelineOptions
-    from omni_core.contract.platforms import current_platform
+    from omni_core.testing import pipeline_options
 
-    return PipelineOptions(
-        device=torch.device("cpu"), dtype=torch.float32, platform=current_platform(), extra=extra
-    )
+    return pipeline_options(dtype=torch.float32, **extra)
 
 
 @pytest.fixture(scope="module")
