@@ -9,13 +9,14 @@ omni-core is installed) or directly::
 
 Here: hosts (:func:`isolated_host`, :func:`installed_host`, :func:`register_plugin`,
 :func:`write_distribution`) and package checks (:func:`assert_plugin_discoverable`,
-:func:`assert_imports_only_faces`, :func:`import_cycles`). One module per job, each name listed
-once below and imported on first use: :mod:`.cli` (``omni`` in this process), :mod:`.pipelines`
-(a pipeline class driven directly), :mod:`.media` (omni's audio and video files),
-:mod:`.memory` (offload and VAE tiling against diffusers), :mod:`.platforms` (the platform the
-core selects), :mod:`.kernels` (the attention dispatcher, the quantizer entry), :mod:`.serving`
-(a server's job store and metrics), :mod:`.services` (throwaway servers and processes),
-:mod:`.lora` (tiny LoRA files). Tests use this kit and the faces, never omni's internals.
+:func:`assert_package_imports_sound`, :func:`assert_imports_only_faces`). One module per job,
+each name listed once below and imported on first use: :mod:`.cli` (``omni`` in this process),
+:mod:`.pipelines` (a pipeline class driven directly), :mod:`.media` (omni's audio and video
+files), :mod:`.memory` (offload and VAE tiling against diffusers), :mod:`.platforms` (the
+platform the core selects), :mod:`.kernels` (the attention dispatcher, the quantizer entry),
+:mod:`.serving` (a server's job store and metrics), :mod:`.services` (throwaway servers and
+processes), :mod:`.lora` (tiny LoRA files), :mod:`.imports` (a package's import graph). Tests
+use this kit and the faces, never omni's internals.
 
 Nothing here imports torch until a helper that runs a model is called.
 """
@@ -74,7 +75,11 @@ _face = Face(
             "make_bucket",
         ),
         "omni_core.testing.lora": ("build_tiny_lora", "lora_header"),
-        "omni_core.testing.imports": ("import_graph", "import_cycles"),
+        "omni_core.testing.imports": (
+            "assert_package_imports_sound",
+            "import_graph",
+            "import_cycles",
+        ),
     },
 )
 __getattr__ = _face.getattr

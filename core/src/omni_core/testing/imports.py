@@ -1,15 +1,16 @@
 """A plugin package's own import graph, read with ``ast`` (nothing is imported), to hold it to
-the rules omni-core keeps for itself: no import cycle, and tiny-checkpoint builders
-(``testing`` modules) reached from tests and benchmarks only.
+the rules omni-core keeps for itself: omni-core through its faces only, no import cycle, and the
+``testing`` modules (tiny-checkpoint builders, stand-ins) kept off the serving path.
 
 Every import counts: module level, inside functions and under ``TYPE_CHECKING`` (a type hint is
 still a dependency: two modules that name each other cannot be understood apart)::
 
-    from omni_core.testing import import_cycles, import_graph
+    from omni_core.testing import assert_package_imports_sound
 
-    assert import_cycles(SRC / "omni_mine") == []
-    graph = import_graph(SRC / "omni_mine")
-    users = {module for module, deps in graph.items() if "omni_mine.testing" in deps}
+    def test_my_package_imports_are_sound() -> None:
+        assert_package_imports_sound(SRC / "omni_mine", tests=TESTS, testing_users=("bench",))
+
+:func:`import_graph` and :func:`import_cycles` are the pieces, for a check of your own.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-__all__ = ["import_cycles", "import_graph"]
+__all__ = ["assert_package_imports_sound", "import_cycles", "import_graph"]
 
 
 def _modules(package_dir: Path) -> dict[str, Path]:
@@ -97,3 +98,48 @@ def import_cycles(package_dir: str | Path) -> list[list[str]]:
         if v not in index:
             visit(v)
     return sorted(cycles)
+
+
+def _is_testing(module: str) -> bool:
+    return "testing" in module.split(".")[1:]
+
+
+def assert_package_imports_sound(
+    package_dir: str | Path,
+    *,
+    tests: str | Path | None = None,
+    testing_users: tuple[str, ...] = (),
+) -> None:
+    """Fail naming every problem of the package at ``package_dir`` (``src/omni_mine``):
+
+    - an import of omni-core past its public faces (the package's ``testing`` modules and the
+      test files under ``tests`` may use the test kit ``omni_core.testing`` too, nothing else may);
+    - an import cycle among its modules;
+    - a module outside its ``testing`` modules that imports one of them, except the modules
+      named in ``testing_users`` (relative to the package: ``("bench",)`` for benchmark
+      workloads, which build their checkpoints with the tiny builders).
+    """
+    from omni_core.testing.faces import non_face_imports
+
+    package_dir = Path(package_dir)
+    package = package_dir.name
+    graph = import_graph(package_dir)
+    paths = _modules(package_dir)
+    allowed = {f"{package}.{name}" for name in testing_users}
+    problems = non_face_imports(
+        [path for module, path in paths.items() if not _is_testing(module)], test_kit=False
+    )
+    kit_users = [path for module, path in paths.items() if _is_testing(module)]
+    if tests is not None:
+        kit_users += sorted(Path(tests).rglob("*.py"))
+    problems += non_face_imports(kit_users, test_kit=True)
+    problems += [" <-> ".join(cycle) + " import each other" for cycle in import_cycles(package_dir)]
+    for module, deps in graph.items():
+        if _is_testing(module) or module in allowed:
+            continue
+        problems += [
+            f"{paths[module]}:{line} imports {dep}, a testing module"
+            for dep, line in deps.items()
+            if _is_testing(dep)
+        ]
+    assert problems == [], f"{package}'s imports:\n" + "\n".join(problems)
