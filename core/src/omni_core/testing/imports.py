@@ -142,4 +142,5 @@ def assert_package_imports_sound(
             for dep, line in deps.items()
             if _is_testing(dep)
         ]
-    assert problems == [], f"{package}'s imports:\n" + "\n".join(problems)
+    if problems:
+        raise AssertionError(f"{package}'s imports:\n" + "\n".join(problems))
