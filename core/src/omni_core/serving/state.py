@@ -34,6 +34,7 @@ from omni_core.serving.stores import (
     open_job_store,
     open_output_store,
 )
+from omni_core.serving.timings import TimingsLog
 from omni_core.speech.voices import VoiceStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,6 +93,8 @@ class ServerState:
         self._voices: VoiceStore | None = None
         self._drain_lock = threading.Lock()
         self._drained = False
+        #: Server-side timestamps of streamed requests (``--timings-log``), or None.
+        self.timings = TimingsLog(config.timings_log) if config.timings_log else None
 
     @property
     def jobs(self) -> VideoJobs:
