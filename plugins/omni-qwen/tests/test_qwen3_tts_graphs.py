@@ -219,9 +219,7 @@ def test_codec_static_shapes_give_the_eager_audio(checkpoint, eager) -> None:
     want = _interleaved(eager, requests, join_every=3)
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a.all_codes(), b.all_codes())
-        torch.testing.assert_close(
-            _audio(a), _audio(b), rtol=1e-4, atol=1e-5
-        )
+        torch.testing.assert_close(_audio(a), _audio(b), rtol=1e-4, atol=1e-5)
     codec = omni.pipeline.shared_runtime().stages.codec
     assert codec.shape(3, 0, 2) == (4, 0, 2) and codec.shape(1, 25, 3) == (1, 25, 8)
     assert codec.shape(1, 0, 1 << 20) is None  # a whole answer at once: eagerly

@@ -221,7 +221,7 @@ class FusedLayers:
                     cos = torch.ones(
                         (batch, seq, self.head_dim), dtype=weight.dtype, device=weight.device
                     )
-                    q, k, v = self.inputs(
+                    q, _, _ = self.inputs(
                         x, weight, attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight,
                         attn.q_norm.weight, attn.k_norm.weight, cos, cos * 0, self.head_dim,
                         self.eps,

@@ -253,9 +253,8 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
     def decode_report(self) -> dict[str, Any]:
         """Which decode path ran (``cuda-graphs``, ``static``, ``static (fallback)`` with the
         reason, or ``eager``) and its graph counters, per stage; benchmarks record it."""
-        from .graphs import decode_report
-
         from .codec_graphs import codec_report
+        from .graphs import decode_report
 
         report = decode_report(self.cuda_graphs, self._decode)
         report["codec"] = codec_report(self._codec)
