@@ -1,0 +1,69 @@
+"""omni plugin entry point of omni-flux: registers the FLUX pipelines, what acceleration and
+parallelism need to know about their transformers, and their benchmark workloads (lazily: no
+torch is imported here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from omni_core import (
+    PLUGIN_API_VERSION,
+    BenchmarkSpec,
+    DenoiserSpec,
+    PipelineCapabilities,
+    PipelineSpec,
+    hookimpl,
+)
+
+OMNI_PLUGIN_API = PLUGIN_API_VERSION
+
+_MODULE = "omni_flux.pipelines"
+#: CFG-parallel splits the batched [cond; uncond] true-CFG forward over two ranks; Ulysses shards
+#: the image tokens of FluxTransformer2DModel (the sequence plan of omni_flux.denoiser).
+_CAPS = PipelineCapabilities(step_batching=True, cfg_parallel=True, sequence_parallel=True)
+
+
+@hookimpl
+def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
+    register(
+        PipelineSpec(
+            name="flux",
+            implementation=f"{_MODULE}:FluxImagePipeline",
+            tasks=("t2i",),
+            architectures=("FluxPipeline",),
+            extras="omni_flux.extras:FluxExtras",
+            capabilities=_CAPS,
+            description="FLUX.1-dev (embedded guidance) and FLUX.1-schnell text-to-image, true "
+            "CFG with a negative prompt, any size in multiples of 16 px.",
+        )
+    )
+
+
+@hookimpl
+def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
+    register(
+        DenoiserSpec(
+            name="flux-transformer",
+            architectures=("FluxTransformer2DModel",),
+            implementation="omni_flux.denoiser:flux_adapter",
+            description="diffusers' FluxTransformer2DModel: double- and single-stream blocks, "
+            "fused QKV, TeaCache4FLUX and MagCache ratios, the Ulysses sequence plan.",
+        )
+    )
+
+
+@hookimpl
+def omni_register_benchmarks(register: Callable[[BenchmarkSpec], None]) -> None:
+    for name, attr, tiny, description in (
+        ("flux1-dev-1024", "FLUX1_DEV_1024", False, "FLUX.1-dev 1024x1024, 28 steps"),
+        ("tiny-flux", "TINY", True, "tiny FLUX.1-dev layout (CPU smoke test)"),
+    ):
+        register(
+            BenchmarkSpec(
+                name=name,
+                pipeline="flux",
+                tiny=tiny,
+                implementation=f"omni_flux.bench:{attr}",
+                description=description,
+            )
+        )

@@ -1,0 +1,130 @@
+"""The tiny FLUX checkpoint through a real ``omni serve`` app on 127.0.0.1 and the official
+``openai`` client: ``images.generate`` gives the images ``Omni`` gives for the same request,
+and bad requests get OpenAI-style 400s."""
+
+from __future__ import annotations
+
+import base64
+import io
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("uvicorn")
+
+T5 = {"max_sequence_length": 32}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(
+    flux_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """uvicorn serving omni's app (what ``omni serve`` runs) on a thread."""
+    import httpx
+    import uvicorn
+
+    from omni_core.serving import ServerConfig, create_app
+
+    config = ServerConfig(
+        models=[
+            {"id": "flux-dev", "path": str(flux_checkpoints["dev"])},
+        ],
+        host="127.0.0.1",
+        port=_free_port(),
+        state_dir=tmp_path_factory.mktemp("flux-serve-state"),
+        device="cpu",
+        dtype="float32",
+        warmup=False,
+    )
+    app = create_app(config)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://{config.host}:{config.port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    else:  # pragma: no cover - a server that never came up
+        raise RuntimeError("omni serve did not become healthy")
+    yield url
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def client(server: str) -> Any:
+    return openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def _image(b64: str | None) -> Any:
+    from PIL import Image
+
+    assert b64 is not None
+    return Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB")
+
+
+def _same(a: Any, b: Any) -> None:
+    pa, pb = np.asarray(a).astype(int), np.asarray(b).astype(int)
+    assert pa.shape == pb.shape and pa.std() > 5
+    assert np.abs(pa - pb).max() <= 1
+
+
+def test_images_generate_serves_what_omni_generates(client: Any, flux_models: dict) -> None:
+    extra = {"seed": 7, "num_inference_steps": 2, "guidance_scale": 4.5, **T5}
+    answer = client.images.generate(
+        model="flux-dev", prompt="a lighthouse at dusk", size="96x64", n=2, extra_body=extra
+    )
+    assert len(answer.data) == 2
+    expected = flux_models["dev"].generate(
+        "a lighthouse at dusk", width=96, height=64, num_outputs=2, **extra
+    )
+    for item, image in zip(answer.data, expected.images, strict=True):
+        _same(_image(item.b64_json), image)
+
+
+def test_true_cfg_and_the_t5_prompt_reach_the_pipeline(client: Any, flux_models: dict) -> None:
+    extra = {
+        "seed": 3,
+        "num_inference_steps": 2,
+        "negative_prompt": "blurry",
+        "true_cfg_scale": 3.0,
+        "prompt_2": "a red lighthouse",
+        **T5,
+    }
+    answer = client.images.generate(
+        model="flux-dev", prompt="a cat", size="64x64", extra_body=extra
+    )
+    expected = flux_models["dev"].generate("a cat", width=64, height=64, **extra)
+    assert expected.info["cfg"] is True
+    _same(_image(answer.data[0].b64_json), expected.images[0])
+
+
+def test_bad_requests_are_openai_style_400s(client: Any) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.images.generate(model="flux-dev", prompt="x", size="100x64")
+    assert "multiples of 16" in info.value.body["message"]  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as info:
+        client.images.generate(
+            model="flux-dev", prompt="x", size="64x64", extra_body={"true_cfg_scale": 4.0}
+        )
+    assert info.value.body["param"] == "true_cfg_scale"  # type: ignore[index]
