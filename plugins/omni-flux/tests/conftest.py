@@ -53,11 +53,22 @@ def flux_references(flux_checkpoints: dict[str, Path]) -> dict[str, Any]:
     import diffusers
 
     def load(variant: str) -> Any:
-        pipe = diffusers.FluxPipeline.from_pretrained(flux_checkpoints[variant])
+        cls = diffusers.FluxKontextPipeline if variant == "kontext" else diffusers.FluxPipeline
+        pipe = cls.from_pretrained(flux_checkpoints[variant])
         pipe.set_progress_bar_config(disable=True)
         return pipe
 
     return _Lazy(load)
+
+
+@pytest.fixture(scope="session")
+def flux_image() -> Any:
+    """A deterministic 120x80 RGB input image (3:2, not a multiple of 16 in height)."""
+    import numpy as np
+    from PIL import Image
+
+    pixels = (np.random.RandomState(0).rand(80, 120, 3) * 255).astype(np.uint8)
+    return Image.fromarray(pixels)
 
 
 def _run_reference(pipe: Any, seed: int, **kwargs: Any) -> list[Any]:

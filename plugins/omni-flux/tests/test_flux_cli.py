@@ -104,6 +104,7 @@ def test_generate_image_writes_the_image_omni_makes(
 BAD = [
     ("dev", ["--size", "100x64"], "multiples of 16"),
     ("schnell", ["--guidance", "3.5"], "not guidance-distilled"),
+    ("kontext", [], "edits one image"),
 ]
 
 
@@ -132,8 +133,8 @@ def test_list_plugins_names_omni_flux_with_its_version() -> None:
     assert flux["status"] == "ok"
     assert flux["distribution"] == "omni-flux"
     assert flux["version"] == omni_flux.__version__ == "0.1.0"
-    assert "flux" in flux["provides"]["pipelines"]
+    assert set(flux["provides"]["pipelines"]) >= {"flux", "flux-kontext"}
     assert flux["provides"]["denoisers"] == ["flux-transformer"]
     assert table.returncode == 0
     (row,) = [line for line in table.stdout.splitlines() if line.startswith("omni-flux ")]
-    assert "0.1.0" in row and "flux" in row
+    assert "0.1.0" in row and "flux-kontext" in row

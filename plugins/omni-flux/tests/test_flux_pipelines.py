@@ -253,7 +253,8 @@ def test_registered_with_its_denoiser_and_attention_routed(flux_models) -> None:
     registry = assert_plugin_discoverable("omni-flux")
     specs = registry.pipelines
     assert specs["flux"].architectures == ("FluxPipeline",)
-    assert specs["flux"].capabilities.step_batching
+    assert specs["flux-kontext"].architectures == ("FluxKontextPipeline",)
+    assert all(specs[n].capabilities.step_batching for n in ("flux", "flux-kontext"))
     assert registry.denoiser_for("FluxTransformer2DModel") is not None
     omni = flux_models["dev"]
     assert omni.spec.name == "flux"

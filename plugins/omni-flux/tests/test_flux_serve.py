@@ -1,6 +1,6 @@
-"""The tiny FLUX checkpoint through a real ``omni serve`` app on 127.0.0.1 and the official
-``openai`` client: ``images.generate`` gives the images ``Omni`` gives for the same request,
-and bad requests get OpenAI-style 400s."""
+"""The tiny FLUX checkpoints through a real ``omni serve`` app on 127.0.0.1 and the official
+``openai`` client: ``images.generate`` (FLUX.1-dev) and ``images.edit`` (FLUX.1-Kontext) give
+the images ``Omni`` gives for the same request, and bad requests get OpenAI-style 400s."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def server(
     config = ServerConfig(
         models=[
             {"id": "flux-dev", "path": str(flux_checkpoints["dev"])},
+            {"id": "flux-kontext", "path": str(flux_checkpoints["kontext"])},
         ],
         host="127.0.0.1",
         port=_free_port(),
@@ -116,6 +117,23 @@ def test_true_cfg_and_the_t5_prompt_reach_the_pipeline(client: Any, flux_models:
     )
     expected = flux_models["dev"].generate("a cat", width=64, height=64, **extra)
     assert expected.info["cfg"] is True
+    _same(_image(answer.data[0].b64_json), expected.images[0])
+
+
+def test_images_edit_serves_kontext(client: Any, flux_models: dict, flux_image: Any) -> None:
+    png = io.BytesIO()
+    flux_image.save(png, format="PNG")
+    extra = {"seed": 2, "num_inference_steps": 2, "auto_resize": False, **T5}
+    answer = client.images.edit(
+        model="flux-kontext",
+        image=("in.png", png.getvalue(), "image/png"),
+        prompt="make it blue",
+        size="64x64",
+        extra_body=extra,
+    )
+    expected = flux_models["kontext"].generate(
+        "make it blue", images=[flux_image], width=64, height=64, **extra
+    )
     _same(_image(answer.data[0].b64_json), expected.images[0])
 
 

@@ -31,3 +31,13 @@ class FluxExtras(BaseModel):
     negative_prompt_2: str | None = Field(
         None, description="The T5 negative prompt (default: negative_prompt)."
     )
+
+
+class KontextExtras(FluxExtras):
+    """FLUX.1-Kontext's options: FLUX.1's plus how the input image is prepared."""
+
+    auto_resize: bool = Field(
+        True,
+        description="Resize the input image to the Kontext training resolution nearest its "
+        "aspect ratio (diffusers' _auto_resize); false keeps its size (cut to multiples of 16).",
+    )

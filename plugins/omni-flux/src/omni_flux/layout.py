@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from omni_core import GenerationRequest, InvalidRequestError, ModelNotFoundError
-from omni_flux.extras import FluxExtras
+from omni_flux.extras import FluxExtras, KontextExtras
 
 #: The side of the default size: diffusers' default (128 latents x the VAE's factor 8).
 DEFAULT_SIDE = 1024
@@ -25,6 +25,26 @@ DEFAULT_STEPS = 28
 SCHNELL_STEPS = 4
 #: diffusers' default embedded guidance of FLUX.1-dev and Kontext.
 DEFAULT_GUIDANCE = 3.5
+#: FLUX.1-Kontext's training resolutions (width, height); diffusers' PREFERRED_KONTEXT_RESOLUTIONS.
+KONTEXT_RESOLUTIONS = (
+    (672, 1568),
+    (688, 1504),
+    (720, 1456),
+    (752, 1392),
+    (800, 1328),
+    (832, 1248),
+    (880, 1184),
+    (944, 1104),
+    (1024, 1024),
+    (1104, 944),
+    (1184, 880),
+    (1248, 832),
+    (1328, 800),
+    (1392, 752),
+    (1456, 720),
+    (1504, 688),
+    (1568, 672),
+)
 
 
 @dataclass(frozen=True)
@@ -109,6 +129,19 @@ def parse_extras(model: type[FluxExtras], extras: dict[str, Any]) -> FluxExtras:
         raise InvalidRequestError(f"extras.{where}: {first['msg']}", param=where) from None
 
 
+def kontext_size(image: Any, multiple: int, auto_resize: bool) -> tuple[int, int]:
+    """(width, height) the input image is encoded at, as diffusers' Kontext pipeline picks it:
+    its size cut to ``multiple``, then (``auto_resize``) the Kontext training resolution nearest
+    that aspect ratio. (0, 0) for an image smaller than ``multiple`` on a side."""
+    width, height = image.width // multiple * multiple, image.height // multiple * multiple
+    if not width or not height:
+        return 0, 0
+    if auto_resize:
+        ratio = width / height
+        _, width, height = min((abs(ratio - w / h), w, h) for w, h in KONTEXT_RESOLUTIONS)
+    return width // multiple * multiple, height // multiple * multiple
+
+
 def check_request(
     layout: FluxLayout,
     request: GenerationRequest,
@@ -118,7 +151,7 @@ def check_request(
     edits: bool,
 ) -> GenerationRequest:
     """Complete the defaults of ``request`` and reject what ``family`` cannot do, before any
-    compute. ``edits``: the pipeline takes exactly one input image, else none."""
+    compute. ``edits``: the pipeline takes exactly one input image (Kontext), else none."""
     extras = parse_extras(extras_model, request.extras)
     if request.num_frames not in (None, 1):
         raise InvalidRequestError(
@@ -128,7 +161,8 @@ def check_request(
     count = len(request.images)
     if not edits and count:
         raise InvalidRequestError(
-            f"{family} is text-to-image and takes no input image (got {count})",
+            f"{family} is text-to-image and takes no input image (got {count}); use "
+            "FLUX.1-Kontext to edit images",
             param="images",
         )
     if edits and count != 1:
@@ -140,8 +174,8 @@ def check_request(
     images = [load_image(image, i) for i, image in enumerate(request.images)]
     height, width = request.height, request.width
     if images:
-        cond_w = images[0].width // layout.multiple * layout.multiple
-        cond_h = images[0].height // layout.multiple * layout.multiple
+        auto_resize = extras.auto_resize if isinstance(extras, KontextExtras) else True
+        cond_w, cond_h = kontext_size(images[0], layout.multiple, auto_resize)
         if not cond_w:
             raise InvalidRequestError(
                 f"images: the input image ({images[0].width}x{images[0].height}) is smaller than "

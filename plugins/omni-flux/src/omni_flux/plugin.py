@@ -37,6 +37,17 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             "CFG with a negative prompt, any size in multiples of 16 px.",
         )
     )
+    register(
+        PipelineSpec(
+            name="flux-kontext",
+            implementation=f"{_MODULE}:FluxKontextPipeline",
+            tasks=("i2i",),
+            architectures=("FluxKontextPipeline",),
+            extras="omni_flux.extras:KontextExtras",
+            capabilities=_CAPS,
+            description="FLUX.1-Kontext-dev: one input image plus an instruction.",
+        )
+    )
 
 
 @hookimpl

@@ -1,7 +1,7 @@
 """Tiny random-weight FLUX checkpoints in the official Hub layout, for tests and demos.
 
-:func:`build_tiny_flux` writes a folder that diffusers' own ``FluxPipeline`` loads with
-``from_pretrained``, so one checkpoint exercises omni's loading
+:func:`build_tiny_flux` writes a folder that diffusers' own ``FluxPipeline`` /
+``FluxKontextPipeline`` load with ``from_pretrained``, so one checkpoint exercises omni's loading
 code and the reference pipeline. Every builder is seeded: two builds of a variant hold the same
 weights. The layout is the one black-forest-labs publishes (``model_index.json``,
 ``transformer/``, ``vae/``, ``text_encoder/`` + ``tokenizer/`` (CLIP), ``text_encoder_2/`` +
@@ -15,6 +15,8 @@ Variants:
     dynamically shifted flow-match scheduler (shift 3, ``mu`` from the image size).
 ``schnell``
     FLUX.1-schnell: ``FluxPipeline`` without guidance embedding, unshifted scheduler.
+``kontext``
+    FLUX.1-Kontext-dev: ``FluxKontextPipeline`` (the dev transformer; edits an input image).
 
 The transformer has 1 double-stream and 2 single-stream blocks of 2 heads x 16; the VAE has the
 real 8x factor (``block_out_channels`` of 4 levels) and 4 latent channels, so sizes come in
@@ -27,7 +29,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("dev", "schnell")
+VARIANTS = ("dev", "schnell", "kontext")
 
 _CORPUS = (
     "a red cat sitting on a mat in the sun",
@@ -236,7 +238,7 @@ def build_tiny_flux(path: str | Path, variant: str = "dev", *, seed: int = 0) ->
         )
         component.save_pretrained(path / name, **kwargs)
     index = {
-        "_class_name": "FluxPipeline",
+        "_class_name": "FluxKontextPipeline" if variant == "kontext" else "FluxPipeline",
         "_diffusers_version": diffusers.__version__,
         **{name: list(libraries[name]) for name in sorted(libraries)},
     }

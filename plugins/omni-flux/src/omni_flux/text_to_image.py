@@ -1,4 +1,4 @@
-"""FLUX.1 text-to-image on omni's staged runtime; the base of the edit pipelines. Long
+"""FLUX.1 text-to-image on omni's staged runtime; the base of the Kontext edit pipeline. Long
 because it is the three stages of one class plus their helpers, kept together so they read top
 to bottom like diffusers' own ``__call__``.
 
@@ -16,8 +16,8 @@ The maths is the reference's, operation for operation, so the same seed gives th
 * ``guidance_scale`` is the embedded guidance of guidance-distilled checkpoints (dev, Kontext);
   true CFG (``true_cfg_scale`` > 1 with a negative prompt) is ``neg + s * (cond - neg)``.
 
-The variant hooks (:meth:`_condition`, ``edits``, the extras model) are what an edit
-pipeline overrides.
+The variant hooks (:meth:`_condition`, ``edits``, the extras model) are what the Kontext
+pipeline (:mod:`omni_flux.kontext`) overrides.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class FluxState(DenoiseState):
     width: int = 0
     cfg: bool = False
     latents: torch.Tensor | None = None  # [rows, seq, C*4], model dtype
-    condition: torch.Tensor | None = None  # [rows, seq_img, C*4] (an edit's input image)
+    condition: torch.Tensor | None = None  # [rows, seq_img, C*4] (Kontext's input image)
     ids: torch.Tensor | None = None  # [seq (+ seq_img), 3] image position ids
     prompt: PromptEmbeds | None = None
     negative: PromptEmbeds | None = None
@@ -87,7 +87,7 @@ class FluxImagePipeline(StagedPipeline):
         "cfg_batch": "auto (default) / always: true CFG's two branches in one forward; never: "
         "two forwards per step, as diffusers runs them",
     }
-    #: Whether the pipeline edits one input image instead of starting from text alone.
+    #: Whether the pipeline edits one input image (Kontext) instead of starting from text alone.
     edits: ClassVar[bool] = False
     family: ClassVar[str] = "flux"
 
