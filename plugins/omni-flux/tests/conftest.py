@@ -32,6 +32,7 @@ class _Lazy(dict):
 def flux_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """``flux_checkpoints[variant]``: the tiny checkpoint of ``variant``, built on first use."""
     import torch
+
     from omni_flux.testing import build_tiny_flux
 
     torch.set_num_threads(2)
@@ -53,12 +54,37 @@ def flux_references(flux_checkpoints: dict[str, Path]) -> dict[str, Any]:
     import diffusers
 
     def load(variant: str) -> Any:
-        cls = diffusers.FluxKontextPipeline if variant == "kontext" else diffusers.FluxPipeline
-        pipe = cls.from_pretrained(flux_checkpoints[variant])
+        path = flux_checkpoints[variant]
+        if variant == "flux2":
+            pipe = _flux2_reference(path)
+        else:
+            cls = {
+                "kontext": diffusers.FluxKontextPipeline,
+                "flux2-klein": diffusers.Flux2KleinPipeline,
+            }.get(variant, diffusers.FluxPipeline)
+            pipe = cls.from_pretrained(path)
         pipe.set_progress_bar_config(disable=True)
         return pipe
 
     return _Lazy(load)
+
+
+def _flux2_reference(path: Path) -> Any:
+    """diffusers' Flux2Pipeline from its parts: its ``from_pretrained`` cannot load the
+    PixtralProcessor folder without torchvision, so it gets the folder's tokenizer (the same
+    chat template; what omni_flux.compat loads) and diffusers' own classes for the rest."""
+    import diffusers
+    from transformers import Mistral3ForConditionalGeneration
+
+    from omni_flux.compat import load_mistral_processor
+
+    return diffusers.Flux2Pipeline(
+        scheduler=diffusers.FlowMatchEulerDiscreteScheduler.from_pretrained(path / "scheduler"),
+        vae=diffusers.AutoencoderKLFlux2.from_pretrained(path / "vae"),
+        text_encoder=Mistral3ForConditionalGeneration.from_pretrained(path / "text_encoder"),
+        tokenizer=load_mistral_processor(path / "tokenizer"),
+        transformer=diffusers.Flux2Transformer2DModel.from_pretrained(path / "transformer"),
+    )
 
 
 @pytest.fixture(scope="session")

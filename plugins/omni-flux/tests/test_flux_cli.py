@@ -103,7 +103,6 @@ def test_generate_image_writes_the_image_omni_makes(
 
 BAD = [
     ("dev", ["--size", "100x64"], "multiples of 16"),
-    ("schnell", ["--guidance", "3.5"], "not guidance-distilled"),
     ("kontext", [], "edits one image"),
 ]
 
@@ -126,15 +125,12 @@ def test_bad_options_exit_2_before_loading(weightless: Any, tmp_path: Path) -> N
 def test_list_plugins_names_omni_flux_with_its_version() -> None:
     import omni_flux
 
-    result, table = _omni(["list-plugins", "--json"], ["list-plugins"])
+    (result,) = _omni(["list-plugins", "--json"])
     assert result.returncode == 0, result.stderr
     plugins = {p["name"]: p for p in json.loads(result.stdout)}
     flux = plugins["omni-flux"]
     assert flux["status"] == "ok"
     assert flux["distribution"] == "omni-flux"
     assert flux["version"] == omni_flux.__version__ == "0.1.0"
-    assert set(flux["provides"]["pipelines"]) >= {"flux", "flux-kontext"}
-    assert flux["provides"]["denoisers"] == ["flux-transformer"]
-    assert table.returncode == 0
-    (row,) = [line for line in table.stdout.splitlines() if line.startswith("omni-flux ")]
-    assert "0.1.0" in row and "flux-kontext" in row
+    assert set(flux["provides"]["pipelines"]) == {"flux", "flux-kontext", "flux2", "flux2-klein"}
+    assert flux["provides"]["denoisers"] == ["flux-transformer", "flux2-transformer"]

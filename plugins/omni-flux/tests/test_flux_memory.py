@@ -57,7 +57,9 @@ def _reference(path: Path, adapters: dict[str, tuple[Path, float]], seed: int, *
     return pipe(**kw, generator=torch.Generator("cpu").manual_seed(seed)).images[0]
 
 
-def test_two_adapters_with_true_cfg_match_diffusers(flux_checkpoints, loras, assert_same) -> None:
+def test_two_adapters_with_true_cfg_match_diffusers(
+    flux_checkpoints, flux_references, loras, run_reference, assert_same
+) -> None:
     path = flux_checkpoints["dev"]
     omni = Omni(path, lora={"a": str(loras["a"]), "b": {"path": str(loras["b"]), "scale": 0.5}})
     lora = [{"name": "a", "scale": 0.7}, {"name": "b"}]  # b at its loaded scale, 0.5
@@ -65,7 +67,7 @@ def test_two_adapters_with_true_cfg_match_diffusers(flux_checkpoints, loras, ass
     ref = _reference(path, {"a": (loras["a"], 0.7), "b": (loras["b"], 0.5)}, 3, **KW, **T5, **CFG)
     assert_same([ours], [ref])
     base = omni.generate(**KW, **T5, **CFG, seed=3).images[0]  # adapters off: the base model
-    assert_same([base], [_reference(path, {}, 3, **KW, **T5, **CFG)])
+    assert_same([base], run_reference(flux_references["dev"], 3, **KW, **T5, **CFG))
     assert np.abs(_pixels(ours) - _pixels(base)).max() > 8
     assert omni.pipeline.accel.fused_qkv == {}  # QKV fusion would bypass the adapters
 
@@ -119,28 +121,32 @@ def test_model_offload_changes_no_number(flux_checkpoints, flux_models) -> None:
     assert np.array_equal(_pixels(ours), _pixels(plain))
 
 
-def test_vae_tiling_matches_diffusers_tiled_decode(flux_checkpoints, assert_same) -> None:
-    """vae_tiling=on tiles the decode as diffusers' AutoencoderKL.enable_tiling does (its tile is
-    the VAE's sample_size, 32 px here; vae_tile=64 sets it, as the attributes diffusers reads)."""
+def test_vae_tiling_matches_diffusers_tiled_decode(
+    flux_checkpoints, flux_models, assert_same
+) -> None:
+    """vae_tiling=on tiles the decode as diffusers' AutoencoderKL.enable_tiling does; vae_tile
+    sets the tile size, as the attributes diffusers reads (tile_sample_min_size and its latent
+    size); auto tiles when the platform says the decode would not fit."""
     import diffusers
 
     path = flux_checkpoints["dev"]
+    args = {**KW, "height": 96, "width": 96, **T5}
+    omni = Omni(path, offload={"vae_tiling": "on", "vae_tile": 64})
+    ours = omni.generate(**args, seed=6)
+    assert ours.info["vae_tiled"] is True
     pipe = diffusers.FluxPipeline.from_pretrained(path)
     pipe.set_progress_bar_config(disable=True)
     pipe.vae.enable_tiling()
-    args = {**KW, "height": 96, "width": 96, **T5}
-    untiled = Omni(path).generate(**args, seed=6)
-    for memory, tile in (({"vae_tiling": "on"}, 32), ({"vae_tiling": "on", "vae_tile": 64}, 64)):
-        omni = Omni(path, offload=memory)
-        ours = omni.generate(**args, seed=6)
-        assert ours.info["vae_tiled"] is True
-        pipe.vae.tile_sample_min_size, pipe.vae.tile_latent_min_size = tile, tile // 8
-        ref = pipe(**args, generator=torch.Generator("cpu").manual_seed(6)).images[0]
-        assert_same(ours.images, [ref])
-        assert np.abs(_pixels(ours.images[0]) - _pixels(untiled.images[0])).max() > 0
-    assert untiled.info["vae_tiled"] is False  # auto on the CPU platform: it cannot tell
-    with mock.patch.object(type(omni.options.platform), "free_memory_bytes", return_value=1024):
-        assert Omni(path).generate(**args, seed=6).info["vae_tiled"] is True
+    pipe.vae.tile_sample_min_size, pipe.vae.tile_latent_min_size = 64, 8
+    ref = pipe(**args, generator=torch.Generator("cpu").manual_seed(6)).images[0]
+    assert_same(ours.images, [ref])
+    plain = flux_models["dev"]  # vae_tiling auto: the CPU platform cannot tell, so no tiling
+    untiled = plain.generate(**args, seed=6)
+    assert untiled.info["vae_tiled"] is False
+    assert np.abs(_pixels(ours.images[0]) - _pixels(untiled.images[0])).max() > 0
+    platform = type(plain.options.platform)
+    with mock.patch.object(platform, "free_memory_bytes", return_value=1024):
+        assert plain.generate(**args, seed=6).info["vae_tiled"] is True
 
 
 @pytest.mark.parametrize("backend", ["teacache", "magcache", "first-block"])

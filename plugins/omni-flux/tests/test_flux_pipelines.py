@@ -184,7 +184,7 @@ def test_prompt_cache_skips_both_text_encoders(flux_models) -> None:
     omni = flux_models["dev"]
     pipe = omni.pipeline
     args = {"negative_prompt": "cache neg", "true_cfg_scale": 2.0, **SMALL, **T5}
-    with Forwards(pipe.text_encoder) as clip, Forwards(pipe.text_encoder_2) as t5:
+    with Forwards(pipe.prompts.text_encoder) as clip, Forwards(pipe.prompts.text_encoder_2) as t5:
         first = omni.generate("a prompt for the cache test", seed=0, **args)
         assert len(clip.rows) == len(t5.rows) == 2  # prompt and negative prompt
         second = omni.generate("a prompt for the cache test", seed=1, **args)
@@ -218,7 +218,7 @@ def test_bad_requests_are_refused_before_any_compute(
     shared = {k: v for k, v in kwargs.items() if k in GenerationRequest.model_fields}
     extras = {k: v for k, v in kwargs.items() if k not in shared}
     request = GenerationRequest(prompt="x", extras=extras, **shared)
-    with Forwards(pipe.transformer) as t_calls, Forwards(pipe.text_encoder) as e_calls:
+    with Forwards(pipe.transformer) as t_calls, Forwards(pipe.prompts.text_encoder) as e_calls:
         with pytest.raises(InvalidRequestError, match=match) as info:
             pipe.validate(request)
         assert info.value.param == param

@@ -1,4 +1,5 @@
-"""What omni's acceleration and parallelism must know about diffusers' ``FluxTransformer2DModel``.
+"""What omni's acceleration and parallelism must know about diffusers' ``FluxTransformer2DModel``
+(FLUX.1) and ``Flux2Transformer2DModel`` (FLUX.2).
 
 Registered by :mod:`omni_flux.plugin` as a ``DenoiserSpec`` (``omni_register_denoisers``):
 
@@ -10,6 +11,10 @@ Registered by :mod:`omni_flux.plugin` as a ``DenoiserSpec`` (``omni_register_den
   indicator TeaCache4FLUX was fitted on; MagCache takes the FLUX ratios diffusers ships;
 - Ulysses cuts the image tokens through both block lists (their rotary frequencies too: the
   image part of the joint ``[text, image]`` table); the text tokens stay replicated.
+
+FLUX.2's single-stream blocks take and return the joint ``[text, image]`` sequence (the text
+is concatenated in front once, between the two lists): its plan keeps that text replicated and
+cuts the image part; there is no step-cache calibration (FLUX.2 refuses the caches).
 
 Imported only when a FLUX transformer is accelerated or parallelized.
 """
@@ -79,4 +84,49 @@ def flux_adapter(module: Any) -> DenoiserAdapter:
         mag_source="MagCache's FLUX.1 ratios (Zehong-Ma/MagCache, as diffusers ships them)",
         sequence_plan=SEQUENCE_PLAN,
         cache_dit_pattern="Pattern_1",
+    )
+
+
+def _shard_flux2(sp: Any, args: tuple, kwargs: dict, first: bool) -> tuple[tuple, dict]:
+    # Double-stream blocks: hidden_states (image), encoder_hidden_states (text). Single-stream
+    # blocks: hidden_states = [text, image shard], encoder_hidden_states None. Both take the
+    # (cos, sin) table over the whole [text, image] sequence as image_rotary_emb.
+    import torch
+
+    kwargs = dict(kwargs)
+    if first:
+        kwargs["hidden_states"] = sp.shard(kwargs["hidden_states"], dim=1)
+    rope = kwargs["image_rotary_emb"]
+    text = rope[0].shape[0] - sp.seq_len  # the text tokens in front of the image tokens
+    kwargs["image_rotary_emb"] = tuple(
+        torch.cat([r[:text], sp.slice(r[text:], dim=0)], dim=0) for r in rope
+    )
+    return args, kwargs
+
+
+def _gather_flux2(sp: Any, output: Any) -> Any:
+    # The last single-stream block returns [text, image shard]: gather the image part.
+    import torch
+
+    text = output.shape[1] - sp.local_len
+    return torch.cat([output[:, :text], sp.gather(output[:, text:], dim=1)], dim=1)
+
+
+#: Ulysses for Flux2Transformer2DModel: image tokens cut through both lists, text replicated.
+FLUX2_SEQUENCE_PLAN = SequencePlan(
+    blocks=("transformer_blocks", "single_transformer_blocks"),
+    shard_inputs=_shard_flux2,
+    gather_output=_gather_flux2,
+)
+
+
+def flux2_adapter(module: Any) -> DenoiserAdapter:
+    """The adapter of every FLUX.2 transformer (dev and klein share the class)."""
+    return DenoiserAdapter(
+        architecture="Flux2Transformer2DModel",
+        blocks=("transformer_blocks", "single_transformer_blocks"),
+        fuse_qkv=True,
+        sequence_plan=FLUX2_SEQUENCE_PLAN,
+        notes="no step-cache calibration: FLUX.2's single-stream blocks return the joint "
+        "sequence, and its pipelines refuse the step caches",
     )

@@ -41,3 +41,13 @@ class KontextExtras(FluxExtras):
         description="Resize the input image to the Kontext training resolution nearest its "
         "aspect ratio (diffusers' _auto_resize); false keeps its size (cut to multiples of 16).",
     )
+
+
+class Flux2Extras(BaseModel):
+    """FLUX.2's own request options (text to image)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_sequence_length: int = Field(
+        512, ge=1, le=1024, description="Text tokens the prompt is padded / cut to."
+    )

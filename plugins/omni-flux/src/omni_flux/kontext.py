@@ -12,19 +12,21 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
+from pydantic import BaseModel
 
 from omni_core import GenerationRequest
 from omni_core.diffusion import activation_bytes
-from omni_flux.extras import FluxExtras, KontextExtras
+from omni_flux.extras import KontextExtras
 from omni_flux.latents import image_ids, pack
 from omni_flux.layout import kontext_size
-from omni_flux.text_to_image import Condition, FluxImagePipeline
+from omni_flux.staged import Condition
+from omni_flux.text_to_image import FluxImagePipeline
 
 
 class FluxKontextPipeline(FluxImagePipeline):
     """FLUX.1-Kontext-dev: one input image and an instruction (diffusers' FluxKontextPipeline)."""
 
-    extras_model: ClassVar[type[FluxExtras]] = KontextExtras
+    extras_model: ClassVar[type[BaseModel]] = KontextExtras
     edits: ClassVar[bool] = True
     family: ClassVar[str] = "flux-kontext"
 
@@ -35,7 +37,7 @@ class FluxKontextPipeline(FluxImagePipeline):
         pixels = self.image_processor.preprocess(
             self.image_processor.resize(image, height, width), height, width
         )
-        dtype = self.text_encoder_2.dtype  # diffusers casts the image to the prompt's dtype
+        dtype = self.dtype  # diffusers casts the image to the prompt embeddings' dtype
         pixels = pixels.to(device=self.device, dtype=dtype)
         width0 = int(self.vae.config.block_out_channels[0])
         self.vae_memory.before(activation_bytes(height * width, width0, pixels.element_size()))

@@ -57,6 +57,8 @@ class FluxLayout:
     latent_channels: int
     #: FLUX.1-dev and Kontext take the guidance scale as a transformer input; schnell does not.
     guidance_embeds: bool
+    #: FLUX.2-klein's step-distilled checkpoints (``model_index.json``'s ``is_distilled``).
+    distilled: bool = False
 
     @property
     def multiple(self) -> int:
@@ -81,6 +83,7 @@ class FluxLayout:
             vae_scale_factor=2 ** (len(vae.get("block_out_channels", [0] * 4)) - 1),
             latent_channels=int(transformer.get("in_channels", 64)) // 4,
             guidance_embeds=bool(transformer.get("guidance_embeds", False)),
+            distilled=bool(index.get("is_distilled", False)),
         )
 
 

@@ -48,6 +48,30 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             description="FLUX.1-Kontext-dev: one input image plus an instruction.",
         )
     )
+    register(
+        PipelineSpec(
+            name="flux2",
+            implementation=f"{_MODULE}:Flux2ImagePipeline",
+            tasks=("t2i",),
+            architectures=("Flux2Pipeline",),
+            extras="omni_flux.extras:Flux2Extras",
+            # no CFG to split: Ulysses only
+            capabilities=PipelineCapabilities(step_batching=True, sequence_parallel=True),
+            description="FLUX.2-dev text-to-image (Mistral 3 text encoder, embedded guidance).",
+        )
+    )
+    register(
+        PipelineSpec(
+            name="flux2-klein",
+            implementation=f"{_MODULE}:Flux2KleinImagePipeline",
+            tasks=("t2i",),
+            architectures=("Flux2KleinPipeline",),
+            extras="omni_flux.extras:Flux2Extras",
+            capabilities=_CAPS,
+            description="FLUX.2-klein text-to-image (Qwen3 text encoder; real CFG on base "
+            "checkpoints, none on step-distilled ones).",
+        )
+    )
 
 
 @hookimpl
@@ -59,6 +83,15 @@ def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
             implementation="omni_flux.denoiser:flux_adapter",
             description="diffusers' FluxTransformer2DModel: double- and single-stream blocks, "
             "fused QKV, TeaCache4FLUX and MagCache ratios, the Ulysses sequence plan.",
+        )
+    )
+    register(
+        DenoiserSpec(
+            name="flux2-transformer",
+            architectures=("Flux2Transformer2DModel",),
+            implementation="omni_flux.denoiser:flux2_adapter",
+            description="diffusers' Flux2Transformer2DModel: double- and single-stream blocks "
+            "(the single ones on the joint text + image sequence), the Ulysses sequence plan.",
         )
     )
 

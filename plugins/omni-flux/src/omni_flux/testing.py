@@ -17,6 +17,9 @@ Variants:
     FLUX.1-schnell: ``FluxPipeline`` without guidance embedding, unshifted scheduler.
 ``kontext``
     FLUX.1-Kontext-dev: ``FluxKontextPipeline`` (the dev transformer; edits an input image).
+``flux2``, ``flux2-klein``
+    FLUX.2-dev (``Flux2Pipeline``, Mistral 3 encoder) and FLUX.2-klein (``Flux2KleinPipeline``,
+    Qwen3 encoder): see :mod:`omni_flux.tiny_flux2`.
 
 The transformer has 1 double-stream and 2 single-stream blocks of 2 heads x 16; the VAE has the
 real 8x factor (``block_out_channels`` of 4 levels) and 4 latent channels, so sizes come in
@@ -29,7 +32,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("dev", "schnell", "kontext")
+VARIANTS = ("dev", "schnell", "kontext", "flux2", "flux2-klein")
 
 _CORPUS = (
     "a red cat sitting on a mat in the sun",
@@ -112,7 +115,7 @@ def build_t5_tokenizer(path: Path | None = None) -> Any:
     return tokenizer
 
 
-def _spread(*modules: Any) -> None:
+def spread(*modules: Any) -> None:
     """Random init leaves most weights small; a wider spread makes images (and bugs) visible."""
     import torch
 
@@ -185,11 +188,15 @@ def build_tiny_flux(path: str | Path, variant: str = "dev", *, seed: int = 0) ->
     """Write the tiny ``variant`` checkpoint (see the module docstring) to ``path``; returns it."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(VARIANTS)}")
+    path = Path(path)
+    if variant.startswith("flux2"):
+        from omni_flux.tiny_flux2 import build_tiny_flux2
+
+        return build_tiny_flux2(path, variant)
     import diffusers
     import torch
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
 
-    path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_clip_tokenizer()
     tokenizer_2 = build_t5_tokenizer()
@@ -209,7 +216,7 @@ def build_tiny_flux(path: str | Path, variant: str = "dev", *, seed: int = 0) ->
         axes_dims_rope=(4, 6, 6),
     ).eval()
     vae = tiny_vae()
-    _spread(transformer, vae)
+    spread(transformer, vae)
     config = SCHEDULER_SCHNELL if variant == "schnell" else SCHEDULER_DEV
     scheduler = FlowMatchEulerDiscreteScheduler(**config)
     components: dict[str, Any] = {
