@@ -103,7 +103,6 @@ def test_generate_image_writes_the_image_omni_makes(
 
 BAD = [
     ("dev", ["--size", "100x64"], "multiples of 16"),
-    ("kontext", [], "edits one image"),
 ]
 
 
