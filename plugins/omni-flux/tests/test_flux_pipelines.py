@@ -262,3 +262,18 @@ def test_registered_with_its_denoiser_and_attention_routed(flux_models) -> None:
     # 1 double-stream block (joint attention) and 2 single-stream blocks (self attention)
     assert result.info["attention"]["routed"] == {"self": 2, "cross": 0, "joint": 1}
     assert omni.pipeline.accel.fused_qkv == {"transformer": 3}
+
+
+def test_the_plugin_imports_omni_core_through_its_faces_only() -> None:
+    """Built as a third-party plugin would be: the runtime code never reaches past the faces
+    (nor into the test kit, which only ``testing`` and the tests use)."""
+    from pathlib import Path
+
+    import omni_flux
+    from omni_core.testing import assert_imports_only_faces
+
+    package = Path(omni_flux.__file__).parent
+    runtime = [p for p in package.glob("*.py") if p.stem not in ("testing", "tiny_flux2")]
+    assert len(runtime) > 10
+    assert_imports_only_faces(runtime, test_kit=False)
+    assert_imports_only_faces([*package.glob("testing.py"), *Path(__file__).parent.glob("*.py")])
