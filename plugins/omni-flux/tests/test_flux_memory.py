@@ -107,15 +107,16 @@ def test_fused_distill_matches_diffusers_fuse_lora_and_sets_defaults(
         omni.request("x", lora="distill")
 
 
-def test_model_offload_changes_no_number(flux_checkpoints, flux_models) -> None:
-    omni = Omni(flux_checkpoints["dev"], offload="model")
-    assert omni.pipeline.offload.mode == "model"
-    assert set(omni.pipeline.offload.components) == {
-        "transformer",
-        "vae",
-        "text_encoder",
-        "text_encoder_2",
-    }
+@pytest.mark.parametrize("mode", ["model", "block"])
+def test_offload_changes_no_number(mode, flux_checkpoints, flux_models) -> None:
+    """On CPU host and device are one, so the hooks move no bytes: what is checked is that
+    they are installed on every component and change no number."""
+    omni = Omni(flux_checkpoints["dev"], offload=mode)
+    report = omni.pipeline.offload
+    assert report.mode == mode
+    assert set(report.components) == {"transformer", "vae", "text_encoder", "text_encoder_2"}
+    if mode == "block":
+        assert report.components["transformer"].startswith("block")
     ours = omni.generate(**KW, **T5, **CFG, seed=5).images[0]
     plain = flux_models["dev"].generate(**KW, **T5, **CFG, seed=5).images[0]
     assert np.array_equal(_pixels(ours), _pixels(plain))

@@ -64,6 +64,7 @@ class FluxState(DenoiseState):
     latents: torch.Tensor | None = None  # [rows, seq, C*4], model dtype
     condition: torch.Tensor | None = None  # [rows, seq_img, C*4] (an edit's input image)
     ids: torch.Tensor | None = None  # [seq (+ seq_img), axes] image position ids
+    text_ids: torch.Tensor | None = None  # [L, axes] text position ids, on the device
     prompt: PromptEmbeds | None = None
     negative: PromptEmbeds | None = None
     guidance: torch.Tensor | None = None  # [rows] float32 (guidance-distilled checkpoints)
@@ -181,7 +182,9 @@ class FluxStagedPipeline(StagedPipeline):
             cond_key = tuple(cond_latents.shape)
             state.timings["encode_image_s"] = time.perf_counter() - t1
         state.ids = ids
-        state.shape_key = (lat_h, lat_w, cond_key, state.prompt.sequence.shape[1])
+        length = state.prompt.sequence.shape[1]
+        state.text_ids = self._text_ids(length).to(device=self.device, dtype=ids.dtype)
+        state.shape_key = (lat_h, lat_w, cond_key, length)
 
         timesteps, sigmas = self._schedule(steps, self._mu(state.latents.shape[1], steps))
         state.timesteps = timesteps.to(self.device)
@@ -333,13 +336,10 @@ class FluxStagedPipeline(StagedPipeline):
     # -- helpers ---------------------------------------------------------------------------
 
     def _forward(self, inputs: dict[str, Any], first: FluxState) -> torch.Tensor:
-        assert first.ids is not None
-        txt_ids = self._text_ids(inputs["encoder_hidden_states"].shape[1])
+        # The states of one step share their size and text length (the batch key), so the
+        # first's position ids (made on the device in prepare: no copy here) are everyone's.
         return self.transformer(
-            **inputs,
-            txt_ids=txt_ids.to(device=self.device, dtype=first.ids.dtype),
-            img_ids=first.ids,
-            return_dict=False,
+            **inputs, txt_ids=first.text_ids, img_ids=first.ids, return_dict=False
         )[0]
 
     def _cache_context(self, group: list[FluxState], branch: str | None) -> Any:
