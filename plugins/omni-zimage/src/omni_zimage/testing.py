@@ -70,18 +70,18 @@ def build_tokenizer() -> Any:
     return tokenizer
 
 
-def _spread(*modules: Any) -> None:
-    """Widen the random init (std 0.3 for weights, 0.1 for biases) so the tiny networks make
-    images with visible structure: a degenerate grey image would make parity meaningless."""
+def _spread(module: Any, std: float) -> None:
+    """Widen the random init (weights ``std``, biases 0.1) so the tiny networks make images with
+    visible structure: a flat grey image would make parity meaningless, a saturated one (too
+    wide a VAE) would hide differences at 0 and 255."""
     import torch
 
     with torch.no_grad():
-        for module in modules:
-            for name, param in module.named_parameters():
-                if param.dim() > 1:
-                    param.normal_(0.0, 0.3)
-                elif "bias" in name:
-                    param.normal_(0.0, 0.1)
+        for name, param in module.named_parameters():
+            if param.dim() > 1:
+                param.normal_(0.0, std)
+            elif "bias" in name:
+                param.normal_(0.0, 0.1)
 
 
 def build_tiny_zimage(path: str | Path, *, seed: int = 0) -> Path:
@@ -135,7 +135,8 @@ def build_tiny_zimage(path: str | Path, *, seed: int = 0) -> Path:
         use_quant_conv=False,
         use_post_quant_conv=False,
     ).eval()
-    _spread(transformer, vae)
+    _spread(transformer, 0.3)
+    _spread(vae, 0.1)  # ~4% of the pixels at 0 or 255, a pixel std of ~50
     for name, component in (("text_encoder", text_encoder), ("transformer", transformer)):
         component.save_pretrained(path / name, safe_serialization=True)
     vae.save_pretrained(path / "vae", safe_serialization=True)
