@@ -1,6 +1,7 @@
 """The tiny FLUX checkpoints through a real ``omni serve`` app on 127.0.0.1 and the official
-``openai`` client: ``images.generate`` (FLUX.1-dev) and ``images.edit`` (FLUX.1-Kontext) give
-the images ``Omni`` gives for the same request, and bad requests get OpenAI-style 400s."""
+``openai`` client: ``images.generate`` (FLUX.1-dev and -schnell, FLUX.2-dev and -klein) and
+``images.edit`` (FLUX.1-Kontext) give the images ``Omni`` gives for the same request, and bad
+requests get OpenAI-style 400s."""
 
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ def server(
         models=[
             {"id": "flux-dev", "path": str(flux_checkpoints["dev"])},
             {"id": "flux-kontext", "path": str(flux_checkpoints["kontext"])},
+            {"id": "flux-schnell", "path": str(flux_checkpoints["schnell"])},
+            {"id": "flux2", "path": str(flux_checkpoints["flux2"])},
+            {"id": "flux2-klein", "path": str(flux_checkpoints["flux2-klein"])},
         ],
         host="127.0.0.1",
         port=_free_port(),
@@ -101,6 +105,24 @@ def test_images_generate_serves_what_omni_generates(client: Any, flux_models: di
     )
     for item, image in zip(answer.data, expected.images, strict=True):
         _same(_image(item.b64_json), image)
+
+
+@pytest.mark.parametrize(
+    ("model", "variant", "extra"),
+    [
+        ("flux-schnell", "schnell", {}),
+        ("flux2", "flux2", {"guidance_scale": 4.0}),
+        ("flux2-klein", "flux2-klein", {"guidance_scale": 3.0, "negative_prompt": "blurry"}),
+    ],
+)
+def test_every_text_to_image_pipeline_is_served(
+    client: Any, flux_models: dict, model: str, variant: str, extra: dict
+) -> None:
+    body = {"seed": 4, "num_inference_steps": 2, **extra, **T5}
+    answer = client.images.generate(model=model, prompt="a cat", size="64x64", extra_body=body)
+    expected = flux_models[variant].generate("a cat", width=64, height=64, **body)
+    assert expected.info["pipeline"] == {"flux-schnell": "flux"}.get(model, model)
+    _same(_image(answer.data[0].b64_json), expected.images[0])
 
 
 def test_true_cfg_and_the_t5_prompt_reach_the_pipeline(client: Any, flux_models: dict) -> None:

@@ -56,6 +56,23 @@ def test_text_to_image_matches_diffusers(
     assert ours.images[0].size == (args["width"], args["height"])
 
 
+def test_bf16_images_equal_diffusers_bf16(zimage_checkpoint, worst_difference) -> None:
+    """In bfloat16 too: the same casts in the same places (float32 noise, latents and CFG mix;
+    the transformer's input cast to its dtype), so the images are the reference's."""
+    import diffusers
+    import torch
+
+    from omni_core import Omni
+
+    args = {**SMALL, **TEXT, "guidance_scale": 4.0, "negative_prompt": "blurry"}
+    ours = Omni(zimage_checkpoint, device="cpu", dtype="bfloat16").generate("a cat", seed=5, **args)
+    pipe = diffusers.ZImagePipeline.from_pretrained(zimage_checkpoint, dtype=torch.bfloat16)
+    pipe.set_progress_bar_config(disable=True)
+    generator = torch.Generator("cpu").manual_seed(5)
+    reference = pipe(prompt="a cat", generator=generator, **args).images
+    assert worst_difference(ours.images, reference) <= 1
+
+
 def test_cfg_changes_the_image(zimage_model) -> None:
     """The fidelity cases prove something only if CFG's branch matters on the tiny model."""
     plain = zimage_model.generate("a red cat", seed=3, guidance_scale=0.0, **SMALL, **TEXT)
