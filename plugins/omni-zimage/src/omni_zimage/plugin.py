@@ -1,5 +1,5 @@
-"""omni plugin entry point of omni-zimage: registers the Z-Image pipeline and what acceleration
-needs to know about its transformer (lazily: no torch is imported here)."""
+"""omni plugin entry point of omni-zimage: registers the Z-Image pipeline, what acceleration needs
+to know about its transformer, and its benchmark workloads (lazily: no torch is imported here)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from omni_core import (
     PLUGIN_API_VERSION,
+    BenchmarkSpec,
     DenoiserSpec,
     PipelineCapabilities,
     PipelineSpec,
@@ -44,3 +45,20 @@ def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
             "blocks and the main single-stream blocks (compile and quantization scope).",
         )
     )
+
+
+@hookimpl
+def omni_register_benchmarks(register: Callable[[BenchmarkSpec], None]) -> None:
+    for name, attr, tiny, description in (
+        ("z-image-turbo-1024", "Z_IMAGE_TURBO_1024", False, "Z-Image-Turbo 1024x1024, 9 steps"),
+        ("tiny-z-image", "TINY", True, "tiny Z-Image layout (CPU smoke test)"),
+    ):
+        register(
+            BenchmarkSpec(
+                name=name,
+                pipeline="z-image",
+                tiny=tiny,
+                implementation=f"omni_zimage.bench:{attr}",
+                description=description,
+            )
+        )
