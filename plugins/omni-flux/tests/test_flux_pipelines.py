@@ -83,7 +83,7 @@ def test_bf16_latents_are_bit_equal_to_diffusers(flux_checkpoints) -> None:
     from omni_core import Omni
 
     path = flux_checkpoints["dev"]
-    reference = diffusers.FluxPipeline.from_pretrained(path, torch_dtype=torch.bfloat16)
+    reference = diffusers.FluxPipeline.from_pretrained(path, dtype=torch.bfloat16)
     reference.set_progress_bar_config(disable=True)
     kwargs = {"height": 64, "width": 96, "num_inference_steps": 3, **T5}
     cfg = {"negative_prompt": "blurry", "true_cfg_scale": 3.3, "guidance_scale": 4.0}
