@@ -14,7 +14,10 @@ step; ``latents / scaling + shift`` into the VAE.
 
 Because the transformer takes lists, one forward carries every row of every request of one size:
 with and without CFG, at different steps, with captions of any length. The prompt embeddings are
-kept in a small LRU cache (a shared negative prompt is encoded once).
+kept in a small LRU cache (a shared negative prompt is encoded once). The forward goes through
+:class:`RowForward` (the rows stacked into one tensor), which is what omni-core's CFG-parallel
+batch split cuts: with ``cfg_parallel_size=2`` each rank runs half the rows (a lone CFG request:
+the conditional row on one, the unconditional on the other) and both gather every prediction.
 """
 
 from __future__ import annotations
@@ -96,6 +99,9 @@ class ZImagePipeline(StagedPipeline):
         self.routing = {"routed": dict(report.routed), "skipped": list(report.skipped)}
         self.accel: Any = None
         self.offload: Any = None
+        #: The transformer's forward over stacked rows (wrapped for CFG-parallel by
+        #: from_pretrained).
+        self.forward: Any = RowForward(self.transformer)
         self.vae_memory = VaeMemory(self.vae, options, tile_kwargs={})
         tile = options.memory.vae_tile
         if tile is not None:  # the AutoencoderKL's tile size is an attribute, not an argument
@@ -121,7 +127,9 @@ class ZImagePipeline(StagedPipeline):
         offload = apply_offload({k: components[k] for k in placed}, options)
         pipeline = cls(layout, components, options)
         pipeline.accel, pipeline.adapters, pipeline.offload = accel, adapters, offload
-        pipeline.transformer = parallelize_denoiser(pipeline.transformer, options.attention)
+        # The row-wise forward is what this rank's parallel layout wraps (CFG-parallel: a batch
+        # split over two ranks); a no-op outside a worker group.
+        pipeline.forward = parallelize_denoiser(RowForward(pipeline.transformer), options.attention)
         return pipeline
 
     @classmethod
@@ -194,7 +202,7 @@ class ZImagePipeline(StagedPipeline):
         if self.adapters is not None:  # the engine batches one adapter set per step
             self.adapters.activate(group[0].request.lora)
         dtype = self.transformer.dtype
-        xs: list[torch.Tensor] = []
+        xs: list[torch.Tensor] = []  # [C, 1, h, w] per row
         ts: list[torch.Tensor] = []
         caps: list[torch.Tensor] = []
         for branch in ("cond", "uncond"):  # every conditional row, then every unconditional one
@@ -202,12 +210,13 @@ class ZImagePipeline(StagedPipeline):
                 if branch == "uncond" and not s.cfg_steps[s.step_index]:
                     continue
                 assert s.latents is not None and s.timesteps is not None
-                xs.extend(s.latents.to(dtype).unsqueeze(2).unbind(0))
+                xs.append(s.latents.to(dtype).unsqueeze(2))
                 ts.append(s.timesteps[s.step_index].expand(s.rows))
                 cap = s.prompt if branch == "cond" else s.negative
                 caps.extend([cap] * s.rows)  # type: ignore[list-item]
+        x = xs[0] if len(xs) == 1 else torch.cat(xs)
         t = ts[0] if len(ts) == 1 else torch.cat(ts)
-        out = self.transformer(xs, t, caps, return_dict=False)[0]
+        out = self.forward(x, t, caps)  # [rows, C, 1, h, w]
         cond_at, uncond_at = 0, sum(s.rows for s in group)
         for s in group:
             preds = []
@@ -262,6 +271,28 @@ class ZImagePipeline(StagedPipeline):
         sigmas = torch.linspace(1.0, 1 / steps, steps).tolist()
         scheduler.set_timesteps(sigmas=sigmas, device=self.device, mu=mu)
         return scheduler.timesteps.float(), scheduler.sigmas.float()
+
+
+class RowForward:
+    """``ZImageTransformer2DModel`` over rows stacked in one tensor: ``(hidden_states [N, C, 1,
+    h, w], timestep [N], captions: N tensors) -> [N, C, 1, h, w]``.
+
+    The model takes and returns lists; this shape (the rows first in every argument) is what
+    omni-core's batch split (CFG-parallel) cuts and gathers. The rows are the list's items, so
+    the numbers are the list call's.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+    def __call__(
+        self, hidden_states: torch.Tensor, timestep: torch.Tensor, captions: list[torch.Tensor]
+    ) -> torch.Tensor:
+        out = self.model(list(hidden_states.unbind(0)), timestep, captions, return_dict=False)[0]
+        return torch.stack(out, dim=0)
 
 
 def _guided(pos: torch.Tensor, neg: torch.Tensor, scale: float, cap: float) -> torch.Tensor:

@@ -26,8 +26,9 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             tasks=("t2i",),
             architectures=("ZImagePipeline",),
             extras="omni_zimage.extras:ZImageExtras",
-            # Step batching only: no sequence plan or CFG split for its transformer yet.
-            capabilities=PipelineCapabilities(step_batching=True),
+            # CFG-parallel: the core's batch split of the stacked rows (RowForward). No
+            # sequence plan for its padded unified sequence yet, so no Ulysses.
+            capabilities=PipelineCapabilities(step_batching=True, cfg_parallel=True),
             description="Z-Image-Turbo (9 steps, no CFG) and Z-Image (CFG with "
             "guidance_scale > 0) text-to-image, sides in multiples of 16 px.",
         )
