@@ -45,15 +45,18 @@ Indicator = Callable[["torch.nn.Module", tuple, dict], "torch.Tensor"]
 class SequencePlan:
     """Where Ulysses cuts one denoiser class.
 
-    ``blocks`` names the ModuleList of repeated blocks. ``shard_inputs(sp, args, kwargs, first)``
-    returns a block's ``(args, kwargs)`` with the per-token inputs cut to this rank's shard
-    (``first`` is True for the first block, whose hidden states are still whole; later blocks
-    receive shards already). ``gather_output(sp, output)`` reassembles the last block's output.
-    ``sp`` is the :class:`omni_core.diffusion.distributed.ulysses.SequenceParallel` of the rank
+    ``blocks`` names the ModuleList of repeated blocks, or several in call order (Flux's
+    double-stream ``transformer_blocks`` then its single-stream ``single_transformer_blocks``:
+    the sequence stays sharded from the first block of the first list to the last block of
+    the last). ``shard_inputs(sp, args, kwargs, first)`` returns a block's ``(args, kwargs)``
+    with the per-token inputs cut to this rank's shard (``first`` is True for the first block,
+    whose hidden states are still whole; later blocks receive shards already).
+    ``gather_output(sp, output)`` reassembles the last block's output. ``sp`` is the
+    :class:`omni_core.diffusion.distributed.ulysses.SequenceParallel` of the rank
     (``sp.shard``, ``sp.slice``, ``sp.gather``).
     """
 
-    blocks: str
+    blocks: str | tuple[str, ...]
     shard_inputs: Callable[..., tuple[tuple, dict]]
     gather_output: Callable[[Any, Any], Any]
 

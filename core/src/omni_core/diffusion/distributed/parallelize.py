@@ -177,7 +177,8 @@ def _parallelize(
 
         sp = SequenceParallel(state.ulysses_group)
         route_attention(model, sp.router(router or _dynamic_router()))
-        blocks = getattr(model, plan.blocks)
+        names = (plan.blocks,) if isinstance(plan.blocks, str) else plan.blocks
+        blocks = [block for name in names for block in getattr(model, name)]
         model._omni_sp_hooks = sequence_parallel_blocks(  # type: ignore[attr-defined]
             blocks, sp, plan.shard_inputs, plan.gather_output
         )
