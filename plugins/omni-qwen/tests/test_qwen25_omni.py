@@ -233,3 +233,23 @@ def test_video_parts_need_the_video_processor(omni: Omni) -> None:
     else:
         with pytest.raises(InvalidRequestError, match="torchvision"):
             omni.request(messages=messages)  # Omni.request validates
+
+
+def test_token2wav_rows_in_one_batch_equal_each_row_alone(omni: Omni) -> None:
+    """token2wav decodes the rows of one speaker in one batch (each row's noise from its own
+    seed) and gives each row what decoding it alone gives; rows of two speakers split."""
+    import torch
+
+    runtime = omni.pipeline.shared_runtime()
+    assert runtime.speech_chain is not None
+    codec = runtime.speech_chain.stages.codec
+    frames, vocab = 9, int(codec.token2wav.code2wav_dit_model.config.num_embeds)
+    generator = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, vocab, (4, 3, frames), generator=generator)
+    codes[:, 1] = torch.tensor([0, 0, 1, 0])[:, None]  # speaker index per row
+    codes[:, 2] = torch.tensor([11, 12, 13, 11])[:, None]  # noise seed per row
+    together = codec.decode(codes, context=3)
+    alone = torch.cat([codec.decode(codes[row : row + 1], context=3) for row in range(4)])
+    assert together.shape == (4, (frames - 3) * codec.samples_per_frame)
+    torch.testing.assert_close(together, alone, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(together[0], together[1])  # another seed, other noise

@@ -19,9 +19,9 @@ prompt
   the codes seen (prompt mask/pad/bos included), the codec bos is suppressed (and ids token2wav
   has no embedding for: never said by a trained talker), the codec pad and end codes stop it.
   ``lead = 2``: the first reply entry exists once two tokens are made.
-- :class:`Token2WavDecoder` (a :class:`~omni_core.speech.ChunkDecoder`): the DiT + BigVGAN, one row
-at a
-  time (its noise is seeded per row, as transformers decodes each sample alone); on CUDA the
+- :class:`Token2WavDecoder` (a :class:`~omni_core.speech.ChunkDecoder`): the DiT + BigVGAN, the
+  rows of one speaker in one batch (each row's noise drawn from its own seed, what transformers
+  draws decoding that sample alone; the ODE solved for all rows at once); on CUDA the
   DiT's forward is replayed as CUDA graphs (:mod:`.qwen25_dit_graphs`). A frame carries
   three integers: the code, the speaker's index and the request's noise seed (the codec is not
   told the states of its rows).
@@ -200,6 +200,12 @@ class TalkerStage(DecoderStage):
         return self._pick(states, self._forward(embeds[:, None], positions, cache))
 
 
+#: token2wav's classifier-free guidance and its time-point sway (transformers' defaults, which
+#: ``Qwen2_5OmniForConditionalGeneration.generate`` uses).
+GUIDANCE_SCALE = 0.5
+SWAY = -1.0
+
+
 class Token2WavDecoder(ChunkDecoder):
     """token2wav (DiT + BigVGAN) over chunks with left context (module doc)."""
 
@@ -232,27 +238,63 @@ class Token2WavDecoder(ChunkDecoder):
 
         new = codes.shape[-1] - context
         tails = codes[:, 1:, 0].to("cpu").tolist()  # speaker index, seed (one small read)
+        out: list[torch.Tensor | None] = [None] * len(tails)
+        by_speaker: dict[int, list[int]] = {}
+        for row, (speaker, _) in enumerate(tails):
+            by_speaker.setdefault(speaker, []).append(row)
         with self.graphs.scope():
-            return torch.stack(self._rows(codes, tails, new))
+            for speaker, rows in by_speaker.items():
+                seeds = [tails[row][1] for row in rows]
+                wavs = self._waveforms(codes[rows, 0], self.speakers[speaker], seeds)
+                for row, wav in zip(rows, wavs, strict=True):
+                    out[row] = wav[wav.shape[0] - new * self.samples_per_frame :].float()
+        return torch.stack(out)  # type: ignore[arg-type]
 
-    def _rows(self, codes: torch.Tensor, tails: list[list[int]], new: int) -> list[torch.Tensor]:
+    def _waveforms(
+        self, codes: torch.Tensor, speaker: dict[str, Any], seeds: list[int]
+    ) -> list[torch.Tensor]:
+        """token2wav of ``codes [B, T]`` (one speaker) in one batch: each row's initial noise
+        drawn from its own seed (what transformers' ``sample`` draws after
+        ``torch.manual_seed(seed)`` for that row alone), the DiT's ODE solved for all rows at
+        once with transformers' RK4 solver and classifier-free guidance, BigVGAN batched."""
         import torch
+        from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import (
+            RungeKutta4ODESolver,
+        )
 
-        cuda = self.device.type == "cuda"
-        devices = [self.device.index or torch.cuda.current_device()] if cuda else []
-        out = []
-        for row, (speaker, seed) in enumerate(tails):
-            params = self.speakers[speaker]
-            with torch.random.fork_rng(devices=devices):
-                torch.manual_seed(seed)
-                wav = self.token2wav(
-                    codes[row : row + 1, 0],
-                    conditioning=params["cond"].to(self.device).float()[None],
-                    reference_mel=params["ref_mel"].to(self.device).float()[None],
-                    num_steps=self.steps,
-                ).reshape(-1)
-            out.append(wav[wav.shape[0] - new * self.samples_per_frame :].float())
-        return out
+        dit, device = self.token2wav.code2wav_dit_model, self.device
+        batch, length = codes.shape[0], codes.shape[1] * int(dit.repeats)
+        reference = speaker["ref_mel"].to(device).float()[None].expand(batch, -1, -1)
+        condition = speaker["cond"].to(device).float()[None, None].expand(batch, length, -1)
+        noise = torch.stack(
+            [
+                torch.randn(
+                    (length, dit.mel_dim),
+                    generator=torch.Generator(device).manual_seed(seed),
+                    dtype=reference.dtype,
+                    device=device,
+                )
+                for seed in seeds
+            ]
+        )
+
+        def velocity(time_step: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+            both = dit(
+                hidden_states=hidden,
+                quantized_code=codes,
+                speaker_embedding=condition,
+                condition_vector=reference,
+                time_step=time_step,
+                apply_cfg=True,
+            )
+            guided, null = torch.chunk(both, 2, dim=0)
+            return guided + (guided - null) * GUIDANCE_SCALE
+
+        times = torch.linspace(0, 1, self.steps, device=device, dtype=condition.dtype)
+        times = times + SWAY * (torch.cos(torch.pi / 2 * times) - 1 + times)
+        mel = RungeKutta4ODESolver(function=velocity, initial_value=noise).integrate(times)[-1]
+        wav = self.token2wav.code2wav_bigvgan_model(mel.permute(0, 2, 1))
+        return list(wav.reshape(batch, -1))
 
 
 class TalkerFollower(SpeechFollower):
