@@ -24,7 +24,7 @@ from omni_core.contract.errors import InvalidRequestError
 from omni_core.media import audio as codecs
 from omni_core.runtime.jobs import Job
 from omni_core.serving import compat
-from omni_core.serving.errors import from_exception, invalid
+from omni_core.serving.errors import APIError, from_exception, invalid
 from omni_core.serving.http import await_job, read_json, request_id, validate
 from omni_core.serving.models import pick
 from omni_core.serving.openapi import body_spec
@@ -38,6 +38,9 @@ _ALIASES = {
     "audio_length": ("duration",),
     "audio_start": ("audio_start_in_s",),
 }
+
+#: The shared request's field -> the body's (for the ``param`` of a refusal).
+_BODY_NAMES = {"duration_s": "audio_length", "audio_start_s": "audio_start", "prompt": "input"}
 
 
 class AudioGenerationBody(BaseModel):
@@ -140,9 +143,14 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             fmt = codecs.check_format(body.response_format)
         except InvalidRequestError as exc:
             raise from_exception(exc) from None
-        gen = state.build_request(
-            served, _fields(body), extras=body.extras(), request_id=request_id(request)
-        )
+        try:
+            gen = state.build_request(
+                served, _fields(body), extras=body.extras(), request_id=request_id(request)
+            )
+        except APIError as exc:  # the pipeline names the shared fields; say the body's names
+            exc.param = _BODY_NAMES.get(exc.param or "", exc.param)
+            raise
+
         if gen.duration_s is not None and gen.duration_s > MAX_AUDIO_S:
             raise invalid(f"audio_length: at most {MAX_AUDIO_S:g} s", "audio_length")
         job = state.submit(served, Job(gen))
