@@ -16,7 +16,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def audio_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
-
     from omni_stable_audio.testing import build_tiny_stable_audio
 
     torch.set_num_threads(2)

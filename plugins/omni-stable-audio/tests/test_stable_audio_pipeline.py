@@ -130,8 +130,9 @@ def test_defaults_are_diffusers(audio_model) -> None:
 def test_bad_requests_are_refused_before_any_compute(
     kwargs, param, words, audio_checkpoint
 ) -> None:
-    from omni_core import GenerationRequest
     from omni_stable_audio.pipeline import StableAudioPipeline
+
+    from omni_core import GenerationRequest
 
     request = GenerationRequest(prompt="x", **kwargs)
     with pytest.raises(InvalidRequestError, match=words) as info:
@@ -143,6 +144,7 @@ def test_registered_and_imports_only_faces(audio_model) -> None:
     from pathlib import Path
 
     import omni_stable_audio
+
     from omni_core.testing import assert_imports_only_faces, assert_plugin_discoverable
 
     registry = assert_plugin_discoverable("omni-stable-audio")
