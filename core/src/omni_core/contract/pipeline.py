@@ -166,7 +166,7 @@ class Pipeline(ABC):
         count, a voice, a conversation)."""
         fields: dict[str, Any] = {"prompt": "warm-up", "num_inference_steps": 1}
         tasks = set(self.spec.tasks) if self.spec is not None else set()
-        if tasks and not tasks & {"t2i", "t2v"}:
+        if tasks and not tasks & {"t2i", "t2v", "t2a"}:
             from PIL import Image
 
             fields["images"] = [Image.new("RGB", (64, 64), (128, 128, 128))]

@@ -18,7 +18,7 @@ from omni_core.contract.errors import RegistrationError
 _NAME_PATTERN = r"^[a-z0-9][a-z0-9_.\-]*$"
 _REF_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
 
-Task = Literal["t2i", "i2i", "t2v", "i2v", "ti2v", "tts", "chat"]
+Task = Literal["t2i", "i2i", "t2v", "i2v", "ti2v", "t2a", "tts", "chat"]
 
 
 def load_object(reference: str) -> Any:
@@ -113,11 +113,13 @@ class PipelineSpec(Spec):
     )
 
     @property
-    def modality(self) -> Literal["image", "video", "speech", "chat"]:
+    def modality(self) -> Literal["image", "video", "audio", "speech", "chat"]:
         if "chat" in self.tasks:
             return "chat"
         if "tts" in self.tasks:
             return "speech"
+        if "t2a" in self.tasks:  # text to audio (sound, music): POST /v1/audio/generate
+            return "audio"
         if any(t in self.tasks for t in ("t2v", "i2v", "ti2v")):
             return "video"
         return "image"

@@ -78,6 +78,9 @@ class GenerationRequest(BaseModel):
     voice: str | None = None
     speed: float = Field(1.0, ge=0.25, le=4.0)
     sample_rate: int | None = Field(None, ge=8000, le=192000)
+    # text to audio (task t2a): the clip's length and its start in the model's timeline
+    duration_s: float | None = Field(None, gt=0.0, le=3600.0, description="Audio: seconds made.")
+    audio_start_s: float | None = Field(None, ge=0.0, le=3600.0, description="Audio: its start.")
     lora: tuple[LoraRef, ...] = Field(
         (), description="LoRA adapters (loaded ones, by name) and scales for this request."
     )
@@ -127,7 +130,7 @@ class GenerationResult:
     images: list[Image.Image] | None = None
     video: np.ndarray | None = None  # frames x H x W x 3, uint8
     fps: int | None = None
-    audio: np.ndarray | None = None  # float32 mono PCM in [-1, 1]
+    audio: np.ndarray | None = None  # float32 PCM in [-1, 1]: [samples] or [samples, channels]
     text: str | None = None  # a chat answer's text
     sample_rate: int | None = None
     timings: dict[str, float] = field(default_factory=dict)

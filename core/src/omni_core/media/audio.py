@@ -97,8 +97,10 @@ def to_int16(samples: np.ndarray) -> np.ndarray:
 
 
 def encode_audio(samples: np.ndarray, sample_rate: int, fmt: str = "wav") -> bytes:
-    """Encode a whole float mono signal as ``fmt`` bytes (16-bit for wav, pcm and flac)."""
+    """Encode a whole float signal as ``fmt`` bytes (16-bit for wav, pcm and flac): mono
+    ``[samples]``, or ``[samples, channels]`` (stereo music; pcm interleaves the channels)."""
     fmt = check_format(fmt, sample_rate)
+    channels = _channels(samples)
     if fmt == "pcm":
         return to_int16(samples).tobytes()
     if fmt == "wav":
@@ -106,17 +108,27 @@ def encode_audio(samples: np.ndarray, sample_rate: int, fmt: str = "wav") -> byt
 
         buffer = io.BytesIO()
         with wave.open(buffer, "wb") as handle:
-            handle.setnchannels(1)
+            handle.setnchannels(channels)
             handle.setsampwidth(2)
             handle.setframerate(int(sample_rate))
             handle.writeframes(to_int16(samples).tobytes())
         return buffer.getvalue()
     # flac / mp3 through FFmpeg (PyAV) into a seekable buffer, so headers get their totals.
     buffer = io.BytesIO()
-    encoder = StreamEncoder(fmt, sample_rate, _sink=buffer)
+    encoder = StreamEncoder(fmt, sample_rate, channels=channels, _sink=buffer)
     encoder.encode(samples)
     encoder.close()
     return buffer.getvalue()
+
+
+def _channels(samples: Any) -> int:
+    """1 for ``[samples]``, else the channels of ``[samples, channels]`` (1 or 2)."""
+    shape = getattr(samples, "shape", (len(samples),))
+    if len(shape) == 1:
+        return 1
+    if len(shape) != 2 or shape[1] not in (1, 2):
+        raise ValueError(f"audio must be [samples] or [samples, 1 or 2 channels], not {shape}")
+    return int(shape[1])
 
 
 def _as_float(samples: np.ndarray) -> np.ndarray:
@@ -167,7 +179,14 @@ def _decode_av(data: bytes) -> tuple[Any, int]:
             array = frame.to_ndarray()
             if array.dtype.kind == "i":
                 array = array.astype(np.float32) / float(np.iinfo(array.dtype).max)
-            parts.append(array.reshape(len(frame.layout.channels), -1).mean(axis=0))
+            channels = len(frame.layout.channels)
+            # planar: one row per channel; packed: the channels interleaved in one row
+            rows = (
+                array.reshape(channels, -1)
+                if frame.format.is_planar
+                else array.reshape(-1, channels).T
+            )
+            parts.append(rows.mean(axis=0))
     audio = np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
     return audio, int(rate)
 
@@ -224,9 +243,13 @@ class StreamEncoder:
     (0xFFFFFFFF, as streaming servers do); ``mp3`` (LAME) and ``flac`` go through PyAV.
     """
 
-    def __init__(self, fmt: str, sample_rate: int, *, _sink: io.BytesIO | None = None) -> None:
+    def __init__(
+        self, fmt: str, sample_rate: int, *, channels: int = 1, _sink: io.BytesIO | None = None
+    ) -> None:
         self.fmt = check_format(fmt, sample_rate)
         self.sample_rate = int(sample_rate)
+        self.channels = channels
+        self._layout = "stereo" if channels == 2 else "mono"
         self.media_type = MEDIA_TYPES[self.fmt]
         self._started = False
         self._container: Any = None
@@ -240,7 +263,9 @@ class StreamEncoder:
             target = _sink if _sink is not None else self._sink
             self._container = av.open(target, mode="w", format=self.fmt)
             codec = "libmp3lame" if self.fmt == "mp3" else "flac"
-            self._stream = self._container.add_stream(codec, rate=self.sample_rate, layout="mono")
+            self._stream = self._container.add_stream(
+                codec, rate=self.sample_rate, layout=self._layout
+            )
             self._pts = 0
 
     def encode(self, samples: np.ndarray) -> bytes:
@@ -261,17 +286,19 @@ class StreamEncoder:
                 self._container.mux(packet)
             self._container.close()
             return self._sink.take()
-        if self._stream.codec_context.format.name == "s16":
+        ch, layout = self.channels, self._layout
+        if self._stream.codec_context.format.name == "s16":  # packed: channels interleaved
             x = to_int16(samples).reshape(1, -1)
-            frame = av.AudioFrame.from_ndarray(x, format="s16", layout="mono")
-        else:
-            x = np.ascontiguousarray(_as_float(samples).reshape(1, -1))
-            frame = av.AudioFrame.from_ndarray(x, format="fltp", layout="mono")
-        if x.shape[1] == 0:
+            frame = av.AudioFrame.from_ndarray(x, format="s16", layout=layout)
+        else:  # planar: one row per channel
+            x = np.ascontiguousarray(_as_float(samples).reshape(-1, ch).T)
+            frame = av.AudioFrame.from_ndarray(x, format="fltp", layout=layout)
+        frames = x.size // ch
+        if frames == 0:
             return b""
         frame.sample_rate = self.sample_rate
         frame.pts = self._pts
-        self._pts += x.shape[1]
+        self._pts += frames
         for packet in self._stream.encode(frame):
             self._container.mux(packet)
         return self._sink.take()

@@ -34,7 +34,7 @@ from omni_core.serving.metrics import MetricsMiddleware
 from omni_core.serving.openapi import document_errors
 from omni_core.serving.routes import system
 from omni_core.serving.routes.chat import completions
-from omni_core.serving.routes.diffusion import images, videos
+from omni_core.serving.routes.diffusion import audio, images, videos
 from omni_core.serving.routes.speech import speech, stream, voices
 from omni_core.serving.state import ServerState
 
@@ -106,7 +106,7 @@ def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = N
             )
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_key)])
-    for routes in (images, videos, speech, voices, completions, system):
+    for routes in (images, videos, audio, speech, voices, completions, system):
         routes.add_routes(v1, state)
     app.include_router(v1)
     stream.add_websocket(app, state)

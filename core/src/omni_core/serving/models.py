@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("omni.serving")
 
-Modality = Literal["image", "video", "speech", "chat"]
+Modality = Literal["image", "video", "audio", "speech", "chat"]
 
 
 def load_omni(source: ModelSource, config: ServerConfig) -> Omni:
