@@ -120,3 +120,23 @@ def test_audio_pipeline_threads_do_not_mix() -> None:
         got = list(pool.map(run, requests))
     for e, g in zip(expected, got, strict=True):
         assert np.array_equal(e, g)
+
+
+class LettersOnly(TonePipeline):
+    """A voice that says ASCII letters only (a tokenizer that drops everything else)."""
+
+    def speakable(self) -> str | None:
+        return "[A-Za-z]"
+
+
+def test_audio_pipeline_speakable_refuses_a_silent_text_before_compute() -> None:
+    """``speakable()`` (a declared member, default None) makes a text of none of the voice's
+    characters a 400 naming ``input`` before any compute; other texts are spoken."""
+    assert TonePipeline().speakable() is None
+    pipe = LettersOnly()
+    before = TonePipeline.computed
+    with pytest.raises(InvalidRequestError) as info:
+        pipe.validate(_request("1234 !?"))
+    assert info.value.param == "input" and "[A-Za-z]" in str(info.value)
+    assert TonePipeline.computed == before
+    assert pipe.collect(_request("12 ab")).audio.size > 0

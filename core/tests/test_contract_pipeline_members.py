@@ -22,12 +22,21 @@ from click.testing import CliRunner
 from omni_core import PipelineSpec, hookimpl
 from omni_core.chat import AutoregressiveChatPipeline
 from omni_core.contract.pipeline import StagedPipeline
-from omni_core.speech.pipeline import SpeechPipeline
+from omni_core.speech.pipeline import SpeechPipeline, StreamingSpeechPipeline
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "omni_core"
-#: Members the pipeline base classes declare (each extends Pipeline; chat models' too).
+#: Members the pipeline base classes declare (each extends Pipeline; chat models' too; a
+#: StreamingSpeechPipeline's native ``sample_rate`` is read once its class is checked).
 DECLARED = frozenset().union(
-    *(dir(c) for c in (StagedPipeline, SpeechPipeline, AutoregressiveChatPipeline))
+    *(
+        dir(c)
+        for c in (
+            StagedPipeline,
+            SpeechPipeline,
+            StreamingSpeechPipeline,
+            AutoregressiveChatPipeline,
+        )
+    )
 )
 
 RECORDER = """

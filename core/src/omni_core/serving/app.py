@@ -9,7 +9,8 @@ This module only assembles the app; the parts live by job:
 - :mod:`~omni_core.serving.http` — reading bodies, forms and uploads with limits
 - :mod:`~omni_core.serving.connections` — header and body deadlines at the socket
 - :mod:`~omni_core.serving.guards` — Host and cross-origin checks (drive-by use from web pages)
-- :mod:`~omni_core.serving.openapi` — the documented bodies of hand-parsed routes
+- :mod:`~omni_core.serving.openapi` — the OpenAPI document (each served model's bodies) and
+  ``Allow`` on 405s
 - :mod:`~omni_core.serving.routes` — one module per resource, in folders that mirror the
   lanes: ``diffusion`` (images, videos, image models' chat answers), ``speech`` (speech,
   voices), ``chat`` (the chat completions route, chat models' answers), and ``system``
@@ -31,7 +32,7 @@ from omni_core.serving.config import ModelSource, ServerConfig
 from omni_core.serving.errors import APIError, from_exception, install_handlers
 from omni_core.serving.guards import BrowserGuardMiddleware
 from omni_core.serving.metrics import MetricsMiddleware
-from omni_core.serving.openapi import document_errors
+from omni_core.serving.openapi import document
 from omni_core.serving.routes import system
 from omni_core.serving.routes.chat import completions
 from omni_core.serving.routes.diffusion import audio, images, videos
@@ -111,7 +112,7 @@ def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = N
     app.include_router(v1)
     stream.add_websocket(app, state)
     system.add_open_routes(app, state)
-    document_errors(app)
+    document(app)
     return app
 
 

@@ -1,13 +1,14 @@
-"""The one compatibility mechanism: other servers' request fields -> omni's, by table. Long
-because every endpoint's table lives here, next to the one function that applies them (one
-place to read what any foreign field becomes).
+"""The one compatibility mechanism: other servers' request fields -> omni's, by the tables of
+:mod:`omni_core.serving.compat_rules`.
 
 Clients written for vLLM-Omni (and OpenAI's chat API) send names and semantics omni spells
 differently. Every route passes its body through :func:`translate` with its endpoint's table,
-and every field it names gets exactly one of three outcomes (``sdk-docs/docs/serving.md``):
+and every field it names is type-checked (also where this model ignores it), then gets
+exactly one of three outcomes (``sdk-docs/docs/compatibility.md``):
 
 - **honoured**: renamed or reshaped onto omni's field (``width``/``height`` -> ``size``,
-  ``num_outputs_per_prompt`` -> ``n``, a nested ``extra_body`` merged into the body);
+  ``num_outputs_per_prompt`` -> ``n``, a nested ``extra_body`` merged into the body), or a
+  value naming the model's default (``voice: "default"``, ``size: "auto"``) taken as unset;
 - **refused**: a 400 naming the field and why, when it would change the output and omni cannot
   do what it asks (``ref_audio``, ``lora`` where unsupported);
 - **ignored and reported**: dropped only when it steers another server's internals and cannot
@@ -20,16 +21,16 @@ output silently. What a model honours itself is never the table's: its extras mo
 it (a field's name, or one of its validation aliases: :func:`declared_fields`), so the rule of
 a field the pipeline declares does not apply and the value reaches the pipeline as it is. The
 tables name no model family; the pipeline-aware steps (:func:`fit_frames`,
-:func:`pipeline_field`, :func:`default_size`) ask the pipeline through its declared members
-only: ``validate``, ``output_fps`` and ``extras_model``.
+:func:`pipeline_field`, :func:`default_size`, a rule's ``probe``) ask the pipeline through its
+declared members only: ``validate``, ``output_fps`` and ``extras_model``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import Request
 from pydantic import AliasChoices
@@ -37,38 +38,12 @@ from pydantic import AliasChoices
 from omni_core.contract.errors import InvalidRequestError
 from omni_core.contract.pipeline import Pipeline
 from omni_core.contract.requests import make_request
-from omni_core.serving.errors import invalid
-from omni_core.speech.autoregressive import AutoregressiveSpeechPipeline
-from omni_core.speech.pipeline import SpeechPipeline
-
-Action = Literal["merge", "rename", "ignore", "refuse", "size"]
+from omni_core.serving.compat_rules import TABLES, Rule
+from omni_core.serving.errors import APIError, invalid
 
 #: Response headers of the report.
 IGNORED_HEADER = "X-Omni-Ignored-Fields"
 ADJUSTED_HEADER = "X-Omni-Adjusted-Fields"
-
-
-@dataclass(frozen=True)
-class Rule:
-    """What one foreign field becomes.
-
-    ``accept`` (for ``ignore``) tells the values that cannot change the output; any other
-    value is refused with ``why``. For ``refuse`` it tells the values omni honours itself
-    (kept as they are); only the others are refused.
-
-    The rule does not apply, and the field is kept (name and value as they are), when the
-    pipeline honours the field itself: ``native`` — its extras model declares it
-    (:func:`declared_fields`); ``honoured`` — true of the pipeline (a shared field it uses,
-    such as the token sampling of autoregressive voices, or one its declared members allow,
-    such as reference audio for a model that clones voices).
-    """
-
-    action: Action
-    target: str = ""
-    why: str = ""
-    accept: Callable[[Any], bool] | None = None
-    native: bool = False
-    honoured: Callable[[Pipeline], bool] | None = None
 
 
 @dataclass
@@ -87,182 +62,17 @@ class Report:
         return out
 
 
-def _no_tool(value: Any) -> bool:
-    return value in (None, "none", "auto")
-
-
-def _falsy(value: Any) -> bool:
-    return value in (None, False, "false", "False", "0", 0)
-
-
-_MERGE = Rule("merge", why="an object of generation fields (vLLM-Omni's nested form)")
-_SIZE = Rule("size")
-_CFG = Rule("rename", "guidance_scale", native=True)
-_INTERNAL = "only steers the other server's scheduling; it cannot change this output"
-
-#: The diffusion fields every image and video endpoint shares.
-_DIFFUSION: dict[str, Rule] = {
-    "extra_body": _MERGE,
-    "width": _SIZE,
-    "height": _SIZE,
-    "true_cfg_scale": _CFG,
-    "user": Rule("ignore", why="an end-user tag; omni does not track users"),
-    "generator_device": Rule("ignore", why="where the other server draws its noise"),
-}
-
-_IMAGE: dict[str, Rule] = {
-    **_DIFFUSION,
-    "num_outputs_per_prompt": Rule("rename", "n"),
-    "response_format": Rule(
-        "refuse",
-        accept=lambda v: v in (None, "b64_json", "url", "file"),
-        why="omni answers 'b64_json', 'url' (an absolute URL of the stored file) or 'file' "
-        "(the image itself; a zip of them when n > 1)",
-    ),
-}
-
-#: Chat fields of OpenAI's text models; an image model has no tokens to sample.
-_CHAT_SAMPLING = (
-    "temperature",
-    "top_p",
-    "top_k",
-    "max_tokens",
-    "max_completion_tokens",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "stop",
-    "logit_bias",
-    "service_tier",
-    "store",
-    "metadata",
-    "parallel_tool_calls",
-)
-
-_UNSAMPLED = "this penalty is not applied by omni's sampler (temperature, top_p, top_k, seed)"
-_NO_TOOLS = "tool calls are not served"
-_UNSTOPPED = "stop sequences are not served; an answer ends at the model's end token or max_tokens"
-
-
-def _samples_tokens(pipeline: Pipeline) -> bool:
-    """Autoregressive voices sample their tokens with the shared ``temperature``, ``top_p`` and
-    ``top_k`` (the other voices sample none)."""
-    return isinstance(pipeline, AutoregressiveSpeechPipeline)
-
-
-def _clones_voices(pipeline: Pipeline) -> bool:
-    return isinstance(pipeline, SpeechPipeline) and pipeline.clones_voices
-
-
-_NO_CLONING = "this model does not clone voices from reference audio"
-
-#: vLLM-Omni's own speech fields (its extension of OpenAI's speech API), for a model whose
-#: extras do not declare them (one that does honours them itself: ``native``).
-_VLLM_SPEECH: dict[str, Rule] = {
-    "task_type": Rule(
-        "ignore",
-        native=True,
-        accept=lambda v: v in (None, "CustomVoice"),
-        why="vLLM-Omni's default task, 'CustomVoice', speaking in a voice of the model, is "
-        "what this model does; another task needs a model whose extras take task_type",
-    ),
-    "max_new_tokens": Rule("ignore", native=True, why="a token budget; this model takes none"),
-    "initial_codec_chunk_frames": Rule("ignore", why=_INTERNAL),
-}
-
-
-TABLES: dict[str, dict[str, Rule]] = {
-    "images.generations": _IMAGE,
-    "images.edits": {
-        **_IMAGE,
-        "bot_task": Rule("ignore", why="a task tag of vLLM-Omni's benchmark client"),
-        "stream": Rule("ignore", accept=_falsy, why="image edits do not stream; send stream=false"),
-        "partial_images": Rule("ignore", accept=_falsy, why="no partial images are streamed"),
-    },
-    "videos": {
-        **_DIFFUSION,
-        "video_params": _MERGE,
-        "image_reference": Rule("rename", "input_reference"),
-    },
-    "chat": {
-        **_DIFFUSION,
-        **{
-            name: Rule("ignore", why="a text-sampling knob; image models sample no tokens")
-            for name in _CHAT_SAMPLING
-        },
-        "logprobs": Rule("ignore", accept=_falsy, why="image outputs have no token logprobs"),
-        "top_logprobs": Rule("ignore", accept=_falsy, why="image outputs have no logprobs"),
-        "tools": Rule("refuse", why="tool calls need a text model; none is served"),
-        "tool_choice": Rule("ignore", accept=lambda v: v in (None, "none", "auto")),
-        "response_format": Rule(
-            "ignore",
-            accept=lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
-            why="structured text output needs a text model; none is served",
-        ),
-        "audio": Rule("refuse", why="this model makes images; audio answers need an omni model"),
-    },
-    "chat.answers": {
-        "extra_body": _MERGE,
-        "max_completion_tokens": Rule("rename", "max_tokens"),
-        "n": Rule("ignore", accept=lambda v: v in (None, 1), why="one answer per request"),
-        **{
-            name: Rule("ignore", accept=lambda v: v in (None, 0, 0.0), why=_UNSAMPLED)
-            for name in ("presence_penalty", "frequency_penalty")
-        },
-        "repetition_penalty": Rule(
-            "ignore", accept=lambda v: v in (None, 1, 1.0), why=_UNSAMPLED, native=True
-        ),
-        "stop": Rule("ignore", accept=lambda v: v in (None, [], ""), why=_UNSTOPPED),
-        "logit_bias": Rule("ignore", accept=lambda v: not v, why="token biases are not served"),
-        "logprobs": Rule("ignore", accept=_falsy, why="token logprobs are not reported"),
-        "top_logprobs": Rule("ignore", accept=_falsy, why="token logprobs are not reported"),
-        "tools": Rule("ignore", accept=lambda v: not v, why=_NO_TOOLS),
-        "functions": Rule("ignore", accept=lambda v: not v, why=_NO_TOOLS),
-        "tool_choice": Rule("ignore", accept=_no_tool, why=_NO_TOOLS),
-        "function_call": Rule("ignore", accept=_no_tool, why=_NO_TOOLS),
-        "parallel_tool_calls": Rule("ignore", why="no tools are served: nothing to call"),
-        "response_format": Rule(
-            "ignore",
-            accept=lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
-            why="structured (JSON) output is not served; the answer is free text",
-        ),
-        "sampling_params_list": Rule(
-            "refuse",
-            native=True,
-            why="vLLM-Omni's per-stage sampling; send temperature, top_p, top_k, seed and "
-            "max_tokens at the top level (they steer the text)",
-        ),
-        "user": Rule("ignore", why="an end-user tag; omni does not track users"),
-        "metadata": Rule("ignore", why="tags for OpenAI's stored completions"),
-        "store": Rule("ignore", why="omni stores no completions"),
-        "service_tier": Rule("ignore", why=_INTERNAL),
-    },
-    "speech": {
-        "extra_body": _MERGE,
-        **_VLLM_SPEECH,
-        "ref_audio": Rule("refuse", honoured=_clones_voices, why=_NO_CLONING),
-        "ref_text": Rule("refuse", honoured=_clones_voices, why=_NO_CLONING),
-        **{
-            name: Rule(
-                "ignore", honoured=_samples_tokens, why="token sampling; this voice samples none"
-            )
-            for name in ("temperature", "top_p", "top_k")
-        },
-        "instructions": Rule(
-            "ignore", native=True, why="this model takes no instructions (style or voice)"
-        ),
-    },
-}
-
-
-def _merge(body: dict[str, Any], name: str, value: Any) -> None:
-    if isinstance(value, str):  # multipart forms carry it as JSON text
+def _json_object(name: str, value: Any) -> Any:
+    """A merged object as multipart forms carry it: JSON text (``""``: none)."""
+    if isinstance(value, str):
         try:
-            value = json.loads(value) if value.strip() else {}
+            return json.loads(value) if value.strip() else {}
         except json.JSONDecodeError:
             raise invalid(f"{name}: expected a JSON object", name) from None
-    if not isinstance(value, Mapping):
-        raise invalid(f"{name}: expected an object of generation fields", name)
+    return value
+
+
+def _merge(body: dict[str, Any], name: str, value: Mapping[str, Any]) -> None:
     for key, inner in value.items():
         key = str(key)
         if key in body and body[key] != inner:
@@ -274,22 +84,48 @@ def _merge(body: dict[str, Any], name: str, value: Any) -> None:
         body[key] = inner
 
 
-def _size(body: dict[str, Any]) -> None:
+def _size(body: dict[str, Any], rule: Rule) -> None:
+    """``width`` + ``height`` -> ``size`` (checked against a ``size`` given too). On chat both
+    may be lists (vLLM-Omni's per-output sizes): kept as they are for the route, which makes
+    one image per entry."""
     width, height = body.pop("width", None), body.pop("height", None)
     if width is None and height is None:
         return
     if width is None or height is None:
         name = "width" if height is None else "height"  # the one given
         raise invalid(f"{name}: give width and height together (or size 'WxH')", name)
-    try:
-        w, h = int(width), int(height)
-    except (TypeError, ValueError):
-        raise invalid("width/height: expected integers", "width") from None
-    size = f"{w}x{h}"
+    width, height = rule.check("width", width), rule.check("height", height)
+    if isinstance(width, list) or isinstance(height, list):
+        if not (isinstance(width, list) and isinstance(height, list)) or len(width) != len(height):
+            raise invalid(
+                "width/height: per-output sizes are two lists of the same length", "width"
+            )
+        if body.get("size") is not None:
+            raise invalid("size and per-output width/height lists: give one", "size")
+        count = body.get("num_outputs_per_prompt")
+        if count is not None and count != len(width):
+            raise invalid(
+                f"num_outputs_per_prompt={count!r} and {len(width)} per-output width/height "
+                "entries: give as many entries as images per choice (vLLM-Omni's rule)",
+                "num_outputs_per_prompt",
+            )
+        body["width"], body["height"] = width, height
+        return
+    size = f"{width}x{height}"
     given = body.get("size")
-    if given not in (None, "auto") and str(given).lower() != size:
+    if given is not None and str(given).lower() != size:
         raise invalid(f"size {given!r} and width/height {size} disagree; give one", "size")
     body["size"] = size
+
+
+def _probe_accepts(pipeline: Pipeline, name: str, value: Any, body: Mapping[str, Any]) -> bool:
+    """Whether ``pipeline.validate`` takes the shared field ``name`` at ``value`` (with the
+    body's extras for this pipeline, e.g. Piper's noise scales)."""
+    extras = {k: v for k, v in body.items() if k in pipeline.extras_model.model_fields}
+    try:
+        return _accepts(pipeline, {"prompt": "probe", name: value}, extras, name)
+    except APIError:
+        return True  # a malformed extra is the request's own 400, said by validation
 
 
 def translate(
@@ -300,14 +136,15 @@ def translate(
 ) -> dict[str, Any]:
     """``data`` with ``endpoint``'s foreign fields honoured, refused (400) or ignored.
 
-    The report is kept on ``request.state.compat`` for :func:`headers`.
+    Every field a rule names is type-checked first (:meth:`Rule.check`), also where this
+    model ignores it. The report is kept on ``request.state.compat`` for :func:`headers`.
     """
     table = TABLES[endpoint]
     report = report_of(request)
     body = dict(data)
     for name, rule in table.items():  # merges first: their fields meet the other rules
         if rule.action == "merge" and name in body:
-            _merge(body, name, body.pop(name))
+            _merge(body, name, rule.check(name, _json_object(name, body.pop(name))))
     declared = declared_fields(pipeline) if pipeline is not None else frozenset()
     for name, rule in table.items():
         if name not in body or rule.action in ("merge", "size"):
@@ -316,6 +153,10 @@ def translate(
         if rule.native and name in declared:
             continue  # the pipeline honours it itself (an extra it declares)
         if rule.honoured is not None and pipeline is not None and rule.honoured(pipeline):
+            continue
+        if value is not None:
+            rule.check(name, value)
+        if rule.probe and pipeline is not None and _probe_accepts(pipeline, name, value, body):
             continue
         if rule.action == "rename":
             if rule.target == name:
@@ -328,6 +169,9 @@ def translate(
                     code="duplicate_parameter",
                 )
             body[rule.target] = value
+        elif rule.action == "unset":
+            if rule.accept is not None and rule.accept(value):
+                body.pop(name)
         elif rule.action == "refuse":
             if rule.accept is not None and rule.accept(value):
                 continue
@@ -342,8 +186,9 @@ def translate(
                 )
             body.pop(name)
             report.ignored.append(name)
-    if any(table.get(k) is _SIZE for k in ("width", "height")):
-        _size(body)
+    size_rule = table.get("width")
+    if size_rule is not None and size_rule.action == "size":
+        _size(body, size_rule)
     return body
 
 
@@ -370,6 +215,15 @@ def model_of(data: Mapping[str, Any]) -> str | None:
     if model is not None and not isinstance(model, str):
         raise invalid("model: expected a string", "model")
     return model or None
+
+
+def vllm_omni_status(error: APIError) -> APIError:
+    """``error`` as an endpoint of vLLM-Omni's own (one OpenAI's API has not) answers it: a
+    model this server does not serve is a 400 there, not OpenAI's 404 (the status table of
+    ``sdk-docs/docs/compatibility.md``); every other error is the same everywhere."""
+    if error.status == 404 and error.code == "model_not_found":
+        return APIError(400, error.message, param=error.param, code=error.code)
+    return error
 
 
 def report_of(request: Request | None) -> Report:

@@ -10,13 +10,22 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 #: Longest URL field (a data URL holds a whole image): the body limit bounds it; the image's
 #: bytes are held to ``--max-upload-mb`` with a message naming that limit.
 URL_MAX_CHARS = 64 * 1024 * 1024
 
 _SIZE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
+#: A language name or code (``English``, ``en``, ``zh-CN``, ``Auto``).
+LANGUAGE_PATTERN = r"^[A-Za-z][A-Za-z_-]{0,63}$"
 
 
 def parse_size(size: str | None, param: str = "size") -> tuple[int | None, int | None]:
@@ -80,11 +89,6 @@ class ImageGenerationBody(_DiffusionFields):
     output_format: Literal["png", "jpeg", "webp"] = Field(
         "png", description='"png", "jpeg" (or "jpg") or "webp".'
     )
-    quality: str | None = Field(None, description="Accepted for compatibility; ignored.")
-    style: str | None = Field(None, description="Accepted for compatibility; ignored.")
-    background: str | None = Field(None, description="Accepted for compatibility; ignored.")
-    moderation: str | None = Field(None, description="Accepted for compatibility; ignored.")
-    user: str | None = Field(None, description="Accepted for compatibility; ignored.")
 
     @field_validator("output_format", mode="before")
     @classmethod
@@ -94,8 +98,6 @@ class ImageGenerationBody(_DiffusionFields):
 
 class ImageEditBody(ImageGenerationBody):
     """POST /v1/images/edits (multipart; the images come as ``image`` file parts)."""
-
-    input_fidelity: str | None = Field(None, description="Accepted for compatibility; ignored.")
 
 
 class VideoBody(_DiffusionFields):
@@ -132,15 +134,27 @@ class SpeechBody(_Body):
     stream_format: Literal["sse", "audio"] | None = None
     seed: int | None = Field(None, ge=0, lt=2**63)
     temperature: float | None = Field(
-        None, description="Autoregressive voices sample with it (0: greedy); others ignore it."
+        None,
+        ge=0.0,
+        le=2.0,
+        description="Autoregressive voices sample with it (0: greedy); others ignore it.",
     )
-    top_p: float | None = Field(None, description="Autoregressive voices: nucleus sampling.")
-    top_k: int | None = Field(None, description="Autoregressive voices: top-k sampling.")
+    top_p: float | None = Field(
+        None, gt=0.0, le=1.0, description="Autoregressive voices: nucleus sampling."
+    )
+    top_k: int | None = Field(
+        None, ge=0, le=100_000, description="Autoregressive voices: top-k sampling (0: all)."
+    )
     sample_rate: int | None = Field(
         None, ge=8000, le=192000, description="Resample the output to this rate (Hz)."
     )
     language: str | None = Field(
-        None, max_length=64, description="Honoured when the voice speaks it (or 'Auto')."
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=LANGUAGE_PATTERN,
+        description="A language name (vLLM-Omni's 'English', 'Chinese', ...), a code ('en', "
+        "'zh-CN') or 'Auto'; honoured when the voice speaks it.",
     )
 
     @field_validator("input")
@@ -186,6 +200,24 @@ class ChatBody(_Body):
         None,
         description="LoRA adapters loaded with --lora, by name: [{'name', 'scale'}] (or one).",
     )
+    width: list[int] | None = Field(
+        None, description="vLLM-Omni's per-output sizes: one image per (width, height) entry."
+    )
+    height: list[int] | None = Field(None, description="The heights of ``width``'s entries.")
+
+    @model_validator(mode="after")
+    def _per_output_sizes(self) -> ChatBody:
+        """N per-output sizes are N images per choice (compat checked that a
+        ``num_outputs_per_prompt`` given too says N)."""
+        if self.width is not None:
+            self.num_outputs_per_prompt = len(self.width)
+        return self
+
+    def sizes(self) -> list[str | None]:
+        """The size of each image of a choice (``[None]``: the ``size`` field's, one or more)."""
+        if self.width is None or self.height is None:
+            return [None]
+        return [f"{w}x{h}" for w, h in zip(self.width, self.height, strict=True)]
 
 
 class ChatAudio(BaseModel):

@@ -59,6 +59,17 @@ def check_text(text: str, *, max_chars: int = MAX_TEXT_CHARS) -> str:
     return stripped
 
 
+def check_speakable(text: str, speakable: str | None) -> None:
+    """A text without any character of the voice's class (:meth:`SpeechPipeline.speakable`)
+    is an InvalidRequestError on ``input``: the voice would say nothing."""
+    if speakable is not None and not re.search(speakable, text):
+        raise InvalidRequestError(
+            f"input: this voice says nothing for this text: it speaks only {speakable} "
+            "(other characters are dropped)",
+            param="input",
+        )
+
+
 def check_voice(voice: str | None, voices: Sequence[Voice]) -> str | None:
     """``voice`` if the pipeline offers it; ``None`` means the pipeline's default."""
     if voice is None or voice == "":
@@ -125,6 +136,14 @@ class SpeechPipeline(StreamedPipeline[AudioChunk]):
     #: True when :meth:`prepare_voice` works and requests may carry a ``reference`` voice.
     clones_voices: ClassVar[bool] = False
 
+    def speakable(self) -> str | None:
+        """The characters this voice says, as a regular-expression character class (``"[a-z]"``),
+        when it says nothing for a text without any of them (a tokenizer that drops every other
+        character); None: any non-blank text is spoken. :class:`StreamingSpeechPipeline` refuses
+        a text without one before any compute (a 400 naming ``input``, not "no audio" after
+        the run), and the server publishes the class in its OpenAPI document."""
+        return None
+
     def prepare_voice(self, voice: ReferenceVoice) -> PreparedVoice:
         """Prepare a reference voice once (``POST /v1/audio/voices``): speaker embedding, prompt
         codes, ... Requests then carry it as ``ReferenceVoice(prepared=...)``. The default
@@ -164,6 +183,7 @@ class StreamingSpeechPipeline(SpeechPipeline):
     def validate(self, request: GenerationRequest) -> GenerationRequest:
         request = super().validate(request)
         text = check_text(request.prompt, max_chars=self.max_text_chars)
+        check_speakable(text, self.speakable())
         voice = check_voice(request.voice, self.voices())
         check_sample_rate(request.sample_rate)
         if request.reference is not None and not self.clones_voices:

@@ -39,7 +39,9 @@ MIN_VOICE_SECONDS = 0.5
 MAX_VOICE_SECONDS = 60.0
 #: Container formats an upload may be (PyAV's names); anything else is refused undecoded.
 AUDIO_CONTAINERS = frozenset({"wav", "flac", "mp3", "ogg", "mov,mp4,m4a,3gp,3g2,mj2", "webm"})
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+#: What an uploaded voice may be named (its id in requests and URLs).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+_NAME = re.compile(NAME_PATTERN)
 
 
 def _invalid(

@@ -181,9 +181,12 @@ class QwenImagePipeline(StagedPipeline):
         hits0 = self.prompt_cache.hits
         t0 = time.perf_counter()
         conditions = self._conditions(request.images)
-        state.prompt_embeds = self._encode(request.prompt, conditions, extras)
+        budget = self._text_budget(height, width, conditions)
+        state.prompt_embeds = self._encode(request.prompt, conditions, extras, budget)
         if cfg:
-            state.negative_embeds = self._encode(request.negative_prompt or "", conditions, extras)
+            state.negative_embeds = self._encode(
+                request.negative_prompt or "", conditions, extras, budget
+            )
         state.timings["encode_prompt_s"] = time.perf_counter() - t0
         lookups = 2 if cfg else 1
         state.timings["prompt_cache_hits"] = float(self.prompt_cache.hits - hits0)
@@ -342,16 +345,36 @@ class QwenImagePipeline(StagedPipeline):
     def _prompt_text(self, prompt: str, count: int) -> str:
         return self.template.format(prompt)
 
+    def _text_budget(self, height: int, width: int, conditions: list[Condition]) -> int | None:
+        """How many text positions the transformer's rotary table has left beside the images
+        (diffusers' ``QwenEmbedRope``: text positions follow the largest image index): an edit's
+        text (prompt and the encoder's image tokens) beyond it cannot be embedded."""
+        rope = getattr(self.transformer, "pos_embed", None)
+        table = getattr(rope, "pos_freqs", None)
+        if table is None or not conditions:
+            return None
+        vsf = self.layout.vae_scale_factor
+        sides = [(height, width), *((h, w) for _, _, (w, h) in conditions)]
+        largest = max(max(h // vsf // 2, w // vsf // 2) for h, w in sides)
+        start = largest // 2 if getattr(rope, "scale_rope", False) else largest
+        return int(table.shape[0]) - start
+
     def _encode(
-        self, prompt: str, conditions: list[Condition], extras: QwenImageExtras
+        self,
+        prompt: str,
+        conditions: list[Condition],
+        extras: QwenImageExtras,
+        budget: int | None = None,
     ) -> torch.Tensor:
-        """Prompt embeddings ``[1, L, D]`` (system prefix dropped), through the LRU cache."""
+        """Prompt embeddings ``[1, L, D]`` (system prefix dropped), through the LRU cache; an
+        edit's embeddings are cut at the transformer's text ``budget`` (past it diffusers
+        fails; shorter ones are diffusers' own)."""
         key = (
             self._model_key,
             self.family,
             prompt,
             tuple(image_digest(view) for _, view, _ in conditions),
-            extras.max_sequence_length if not conditions else None,
+            extras.max_sequence_length if not conditions else budget,
             str(self.dtype),
             str(self.device),
         )
@@ -392,6 +415,8 @@ class QwenImagePipeline(StagedPipeline):
         kept = hidden[inputs["attention_mask"].bool()][self.drop_tokens :]
         if not conditions:
             kept = kept[: extras.max_sequence_length]
+        elif budget is not None:
+            kept = kept[:budget]
         embeds = kept.unsqueeze(0).to(device=self.device, dtype=self.text_encoder.dtype)
         self.prompt_cache.put(key, embeds)
         return embeds

@@ -21,6 +21,37 @@ from omni_tts.common import (
 _MODEL_INPUTS = ("input_ids", "attention_mask")
 
 
+def _speakable(tokenizer: Any) -> str | None:
+    """The characters an MMS-TTS tokenizer keeps, as a character class: with ``normalize`` and
+    neither phonemizer nor romanizer, it lower-cases the text and drops every character outside
+    its vocabulary (``"0"`` becomes no token at all); None for any other tokenizer."""
+    if not getattr(tokenizer, "normalize", False) or getattr(tokenizer, "phonemize", False):
+        return None
+    if getattr(tokenizer, "is_uroman", False):
+        return None
+    kept = {t for t in tokenizer.get_vocab() if len(t) == 1 and not t.isspace()}
+    kept |= {c.upper() for c in kept if c.upper().lower() == c and len(c.upper()) == 1}
+    if not kept:
+        return None
+    points = sorted(ord(c) for c in kept)
+    runs: list[list[int]] = []
+    for point in points:
+        if runs and point == runs[-1][-1] + 1:
+            runs[-1].append(point)
+        else:
+            runs.append([point])
+
+    def char(point: int) -> str:
+        c = chr(point)
+        return c if c.isalnum() else "\\" + c
+
+    parts = [
+        f"{char(run[0])}-{char(run[-1])}" if len(run) > 2 else "".join(map(char, run))
+        for run in runs
+    ]
+    return "[" + "".join(parts) + "]"
+
+
 class VitsExtras(SegmentExtras):
     """VITS request extras (sentence splitting; see :class:`SegmentExtras`)."""
 
@@ -44,6 +75,7 @@ class VitsPipeline(TransformersSpeechPipeline):
         self.sample_rate = int(model.config.sampling_rate)
         # transformers >= 5 takes speaking_rate per call; 4.x reads the module attribute.
         self._rate_kwarg = "speaking_rate" in inspect.signature(model.forward).parameters
+        self._speakable = _speakable(tokenizer)
         n = int(getattr(model.config, "num_speakers", 1) or 1)
         self._voices = (
             [Voice(id=f"speaker-{i}", name=f"Speaker {i}") for i in range(n)]
@@ -61,6 +93,9 @@ class VitsPipeline(TransformersSpeechPipeline):
 
     def voices(self) -> list[Voice]:
         return list(self._voices)
+
+    def speakable(self) -> str | None:
+        return self._speakable
 
     def _speaker_id(self, voice: str | None) -> int | None:
         if len(self._voices) == 1:

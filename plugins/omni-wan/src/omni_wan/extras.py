@@ -25,7 +25,7 @@ class WanExtras(BaseModel):
     )
     flow_shift: float | None = Field(
         None,
-        gt=0.0,
+        ge=0.001,  # below ~1e-6 the scheduler's sigmas underflow: NaN, not a video
         le=100.0,
         description="Override the scheduler's flow shift (Wan: 3.0 for 480p, 5.0 for 720p).",
     )

@@ -280,6 +280,7 @@ class WanVideoPipeline(StagedPipeline):
         # (per-sample timesteps and scheduler weights), which is what continuous batching needs.
         return (
             tuple(latents.shape),
+            tuple(d["embeds"].shape[1:]),  # max_sequence_length sets the text length
             id(d["table"]),
             d["cfg"],
             d["experts"][min(state.step_index, state.num_steps - 1)],

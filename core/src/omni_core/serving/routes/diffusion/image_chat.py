@@ -144,23 +144,36 @@ async def answer(
     if images:
         served = pick(state.models, served.id, "image", task="i2i")
     per_choice = body.num_outputs_per_prompt
+    # vLLM-Omni's per-output sizes: one request per size, each making one image per choice
+    sizes = body.sizes()
     knobs = SimpleNamespace(**{n: getattr(body, n) for n in _KNOBS}, prompt=prompt)
-    fields = {
-        **diffusion_fields(knobs),
-        "num_outputs": body.n * per_choice,
-        "images": images,
-    }
-    gen = state.build_request(served, fields, extras=body.extras(), request_id=request_id(request))
-    job = state.submit(served, Job(gen))
+    rid = request_id(request)
+    gens = []
+    for i, size in enumerate(sizes):
+        knobs.size = size or body.size
+        fields = {
+            **diffusion_fields(knobs),
+            "num_outputs": body.n * (per_choice if size is None else 1),
+            "images": images,
+        }
+        at = rid if len(sizes) == 1 else f"{rid}-{i}"
+        gens.append(state.build_request(served, fields, extras=body.extras(), request_id=at))
+    jobs = [state.submit(served, Job(gen)) for gen in gens]
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
     head = {"id": cid, "created": created, "model": served.id}
     headers = compat.headers(request)
 
-    async def choices(result: Any) -> list[list[dict[str, Any]]]:
+    def merged(results: list[Any]) -> list[Any]:
+        """Each choice's images in order: one job's, or one per per-output size."""
+        if len(results) == 1:
+            return list(results[0].images or [])
+        return [r.images[i] for i in range(body.n) for r in results]
+
+    async def choices(results: list[Any]) -> list[list[dict[str, Any]]]:
         blobs = await asyncio.to_thread(
-            lambda: [media.encode_image(im, "png") for im in result.images or []]
+            lambda: [media.encode_image(im, "png") for im in merged(results)]
         )
         parts = [
             {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{media.b64(b)}"}}
@@ -169,7 +182,13 @@ async def answer(
         return [parts[i * per_choice : (i + 1) * per_choice] for i in range(body.n)]
 
     if not body.stream:
-        result = await await_job(served, job, request)
+        try:
+            results = [await await_job(served, job, request) for job in jobs]
+        except BaseException:
+            for job in jobs:  # one size failed: the others are not wanted any more
+                if not job.future.done() and served.engine is not None:
+                    served.engine.cancel(job, "another size of this request failed")
+            raise
         return JSONResponse(
             {
                 **head,
@@ -180,7 +199,7 @@ async def answer(
                         "message": {"role": "assistant", "content": content},
                         "finish_reason": "stop",
                     }
-                    for i, content in enumerate(await choices(result))
+                    for i, content in enumerate(await choices(results))
                 ],
                 "usage": usage,
             },
@@ -203,18 +222,19 @@ async def answer(
                 ]
             )
             try:
-                result = await asyncio.wrap_future(job.future)
+                results = [await asyncio.wrap_future(job.future) for job in jobs]
             except Exception as exc:  # noqa: BLE001 - sent as an error event
                 yield f"data: {json.dumps(from_exception(exc).body())}\n\n".encode()
                 return
-            for i, content in enumerate(await choices(result)):
+            for i, content in enumerate(await choices(results)):
                 yield event([{"index": i, "delta": {"content": content}, "finish_reason": "stop"}])
             if include_usage:
                 yield event([], usage=usage)
             yield b"data: [DONE]\n\n"
         finally:
-            if not job.future.done() and engine is not None:
-                engine.cancel(job, "the client disconnected")
+            for job in jobs:
+                if not job.future.done() and engine is not None:
+                    engine.cancel(job, "the client disconnected")
 
     return StreamingResponse(
         stream(),

@@ -215,7 +215,10 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         leaves cancels it."""
         job_id = f"video_{uuid.uuid4().hex}"
         request.state.request_id = job_id
-        accepted = await accept(request, job_id)
+        try:
+            accepted = await accept(request, job_id)
+        except APIError as exc:  # vLLM-Omni's endpoint: its statuses
+            raise compat.vllm_omni_status(exc) from None
         store, outputs = state.store, state.outputs
         assert store is not None and outputs is not None
         job, served = state.jobs.get(job_id), state.models.get(accepted.model)

@@ -31,7 +31,7 @@ _CONSENT_FALSE = {"", "0", "false", "no", "off", "none"}
 def _ready_models(state: ServerState, model: str | None) -> list[ServedModel]:
     if model is not None and model not in state.models:
         raise APIError(
-            404,
+            400,  # vLLM-Omni's status: these are its endpoints (OpenAI's 404 is OpenAI's)
             f"the model {model!r} does not exist on this server",
             param="model",
             code="model_not_found",
@@ -45,6 +45,20 @@ def _ready_models(state: ServerState, model: str | None) -> list[ServedModel]:
 
 def _speech_models(state: ServerState, model: str | None) -> list[ServedModel]:
     return [s for s in _ready_models(state, model) if isinstance(s.pipeline, SpeechPipeline)]
+
+
+def cloning_models(state: ServerState) -> list[ServedModel]:
+    """The served models uploaded voices are for (loading ones count: they may clone)."""
+    return [
+        s
+        for s in state.models.values()
+        if s.status == "loading"
+        or (
+            s.status == "ready"
+            and isinstance(s.pipeline, SpeechPipeline)
+            and s.pipeline.clones_voices
+        )
+    ]
 
 
 def _voices_of(served: ServedModel) -> list[Voice]:
@@ -135,6 +149,13 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
 
     @router.post("/audio/voices", summary="Upload a reference voice (multipart)", status_code=201)
     async def upload(request: Request) -> dict[str, Any]:
+        if not cloning_models(state):  # nothing to upload to: not a method of this server
+            raise APIError(
+                405,
+                "no served speech model clones voices, so voices cannot be uploaded here",
+                code="method_not_allowed",
+                headers={"Allow": "GET"},
+            )
         form = await read_form(request, state.config, images=False)
         try:
             files = form_files(form, ("audio", "audio_sample", "file"))
