@@ -60,7 +60,15 @@ class Family:
     output: str
     #: Options sized for a tiny checkpoint on a CPU; only those `--help` lists are passed.
     small: dict[str, str] = field(default_factory=dict)
+    #: Printed under the command's output (what a newcomer should know about it).
+    note: str | None = None
 
+
+#: Under a chat reply: its characters are random tokens, not an encoding bug.
+RANDOM_REPLY = (
+    "  (the reply above is random: random weights pick random tokens, and a byte-level token "
+    "that is only part of a UTF-8 character shows as '\ufffd'; a trained model writes words)"
+)
 
 FAMILIES = [
     Family(
@@ -101,6 +109,7 @@ FAMILIES = [
         command=["chat", "{model}", "Hello, who are you?", "-o", "{out}"],
         output="chat.wav",
         small={"--max-tokens": "8", "--seed": "0"},
+        note=RANDOM_REPLY,
     ),
 ]
 
@@ -183,6 +192,8 @@ def step_generate(ctx: Context) -> None:
         args += _supported(family.command[0], family.small)
         started = time.perf_counter()
         omni("generate", *args)
+        if family.note:
+            print(family.note)
         if not out.is_file() or out.stat().st_size == 0:
             raise SystemExit(f"demo failed: {out} was not written")
         ctx.produced.append(out)
@@ -396,6 +407,7 @@ def request_all(ctx: Context, client: object, served: dict[str, str], url: str) 
         )
         message = answer.choices[0].message
         print(f"  text: {message.content!r}")
+        print(RANDOM_REPLY)
         path = ctx.out / "server-chat.wav"
         path.write_bytes(base64.b64decode(message.audio.data))
         _written(ctx, path, started, "chat.completions (text + audio)")
@@ -428,7 +440,8 @@ def step_serve(ctx: Context) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = ctx.out / "server.log"
-    warmup = {"width": 64, "height": 64, "num_frames": 5, "num_inference_steps": 2}
+    # Default options, as a newcomer starts it: each model warms up with the request its
+    # pipeline declares (the tiny Qwen-Image ones at their 1024x1024 default: seconds on a CPU).
     args = [
         "serve",
         *served.values(),
@@ -436,8 +449,6 @@ def step_serve(ctx: Context) -> None:
         str(port),
         "--state-dir",
         str(ctx.work / "serve-state"),
-        "--warmup-request",
-        json.dumps(warmup),
         "--log-level",
         "warning",
     ]
@@ -484,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "out", help="output folder")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # The tiny builds' and loads' one-shard progress bars (here and in server.log) say nothing.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     ctx = Context(out=args.out, work=args.out / "tiny-checkpoints")
     if ctx.work.exists():
         shutil.rmtree(ctx.work)

@@ -1,5 +1,6 @@
 """Fixtures of the repository-level tests: the third-party test plugins, importable by their
-module names as installed plugins are (their specs name ``acme_chat:AcmeChatPipeline``)."""
+module names as installed plugins are (their specs name ``acme_chat:AcmeChatPipeline``), and
+the tiny checkpoint of every first-party pipeline (``tiny_first_party``)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,27 @@ def acme_chat() -> ModuleType:
 @pytest.fixture(scope="session")
 def acme_ar_tts() -> ModuleType:
     return plugin_module("acme_ar_tts")
+
+
+@pytest.fixture(scope="session")
+def acme_warmup() -> ModuleType:
+    return plugin_module("acme_warmup")
+
+
+@pytest.fixture(scope="session")
+def tiny_first_party(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Any], str]:
+    """``tiny_first_party(tiny)``: the path of a :class:`tiny_first_party.Tiny` checkpoint,
+    built once per session (the table of every first-party pipeline's tiny checkpoints is
+    ``plugin_module("tiny_first_party").TINY``)."""
+    root = tmp_path_factory.mktemp("tiny-first-party")
+    built: dict[str, str] = {}
+
+    def path(tiny: Any) -> str:
+        if tiny.label not in built:
+            built[tiny.label] = tiny.build(root)
+        return built[tiny.label]
+
+    return path
 
 
 def _cancel_running(pipeline: Any, request: Any) -> None:

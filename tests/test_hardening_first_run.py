@@ -1,8 +1,9 @@
 """First-run traps (issue 17, item 9), each checked: the install docs say how to install from a
 checkout or the wheels `nox -s package` builds; `omni generate image` without `--size` renders
-the model's standard size, not its largest; the size error names sizes the checkpoint takes;
-`-q` hides the weight-loading bars; Piper refuses a `seed` it cannot honour; the openai SDK's
-Sora deprecation warnings are filtered. (The scaffolded plugins: tests/test_cli_new_plugin.py.)
+the model's standard size, not its largest; the size error names the sizes this checkpoint takes
+(its own native ones, issue 34); `-q` hides the weight-loading bars; Piper refuses a `seed` it
+cannot honour; the openai SDK's Sora deprecation warnings are filtered. (The scaffolded plugins:
+tests/test_cli_new_plugin.py.)
 """
 
 from __future__ import annotations
@@ -56,19 +57,58 @@ def test_first_run_default_image_size_is_the_standard_one(tiny_qwen: Path) -> No
 
 
 def test_first_run_size_error_names_sizes_this_checkpoint_takes(tiny_qwen: Path) -> None:
+    """33x33 on the tiny checkpoint (32-pixel multiples, its scheduler configured for 64x64 to
+    256x256 images): the nearest sides and its own native sizes, none of the real model's."""
+    message = _size_error(tiny_qwen, 33, 33)
+    assert "multiples of 32" in message and "the nearest are 32 or 64" in message, message
+    native = message.split("its native sizes: ")[1].split(", ")
+    assert native[0] == "224x224" and "288x160" in native and "160x288" in native, message
+    for width, height in (size.split("x") for size in native):
+        assert int(width) % 32 == 0 and int(height) % 32 == 0 and int(width) <= 320, message
+    assert "1664x928" not in message and "1328x1328" not in message, message
+
+
+def test_first_run_size_error_of_the_published_configs_lists_the_model_card(
+    tmp_path: Path,
+) -> None:
+    """The same rule on Qwen-Image's published configs (VAE 8x, the scheduler's 8192 image
+    tokens): the model card's sizes, 4:3's 1140 as the 1136 the 16-pixel grid takes."""
+    import json
+
+    from omni_qwen.testing import build_tiny_qwen_image
+
+    folder = build_tiny_qwen_image(tmp_path / "qwen", variant="t2i")
+    published = {
+        "vae/config.json": {"temperal_downsample": [False, True, True], "z_dim": 16},
+        "transformer/config.json": {"in_channels": 64, "patch_size": 2},
+        "scheduler/scheduler_config.json": {
+            "_class_name": "FlowMatchEulerDiscreteScheduler",
+            "base_image_seq_len": 256,
+            "max_image_seq_len": 8192,
+            "shift_terminal": 0.02,
+            "use_dynamic_shifting": True,
+        },
+    }
+    for name, config in published.items():
+        (folder / name).write_text(json.dumps(config))
+    message = _size_error(folder, 1024, 1000)
+    assert "multiples of 16" in message and "the nearest are 992 or 1008" in message, message
+    assert message.endswith(
+        "its native sizes: 1328x1328, 1664x928, 928x1664, 1472x1136, 1136x1472, 1584x1056, "
+        "1056x1584"
+    ), message
+
+
+def _size_error(checkpoint: Path, width: int, height: int) -> str:
     from omni_core.api import locate_model
     from omni_core.contract.errors import InvalidRequestError
     from omni_core.contract.requests import make_request
 
-    spec = locate_model(str(tiny_qwen), None).spec
+    spec = locate_model(str(checkpoint), None).spec
+    request = make_request({"prompt": "x", "width": width, "height": height})
     with pytest.raises(InvalidRequestError) as info:
-        spec.load().precheck(
-            tiny_qwen, make_request({"prompt": "x", "width": 1328, "height": 1328})
-        )
-    message = str(info.value)
-    assert "multiples of 32" in message and "1312 or 1344" in message, message
-    assert "1328x1328" not in message, message  # a native size this checkpoint cannot make
-    assert "1664x928" in message, message
+        spec.load().precheck(checkpoint, request)
+    return str(info.value)
 
 
 def test_first_run_quiet_generate_shows_no_progress_bars(tiny_qwen: Path, tmp_path: Path) -> None:

@@ -126,9 +126,15 @@ class LiveServer:
 
 
 def start_server(
-    config: Any, checkpoints: Checkpoints, state_dir: Path, timeout: float = 300.0
+    config: Any,
+    checkpoints: Checkpoints,
+    state_dir: Path,
+    timeout: float = 300.0,
+    *,
+    allow_failed: bool = False,
 ) -> LiveServer:
-    """uvicorn.Server on a thread (one process: imports are paid once), ready when /health is."""
+    """uvicorn.Server on a thread (one process: imports are paid once), ready when /health is
+    (``allow_failed``: once no model is still loading, some of them failed)."""
     import uvicorn
 
     from omni_core.serving import create_app
@@ -164,7 +170,10 @@ def start_server(
             last = httpx.get(f"{url}/health", timeout=5)
             if last.status_code == 200:
                 return live
-            if any(s == "failed" for s in last.json().get("models", {}).values()):
+            statuses = set(last.json().get("models", {}).values())
+            if allow_failed and "loading" not in statuses:
+                return live
+            if "failed" in statuses:
                 break
         except httpx.HTTPError as exc:
             last = exc

@@ -256,7 +256,8 @@ def _preflight(config: ServerConfig) -> None:
     default=None,
     metavar="JSON",
     help="Shared fields of the warm-up request of image/video models, e.g. "
-    '\'{"width": 256, "height": 256, "num_frames": 5}\'.',
+    '\'{"width": 256, "height": 256, "num_frames": 5}\' (default: the request each '
+    "model's pipeline declares).",
 )
 @click.option(
     "--stream-idle-timeout",

@@ -115,6 +115,23 @@ class DiffusersAdapterPipeline(StagedPipeline):
     def validate(self, request: GenerationRequest) -> GenerationRequest:
         return check_request(type(self.pipe).__name__, self.parameters, request)
 
+    def warmup_fields(self) -> dict[str, Any]:
+        """One step of what this pipeline's ``__call__`` takes: two where the scheduler
+        stretches its sigmas to a ``shift_terminal`` (one step divides by zero there), a grey
+        image where it takes an image (and a white mask where it takes one)."""
+        from PIL import Image
+
+        fields: dict[str, Any] = {"prompt": "warm-up"}
+        if "num_inference_steps" in self.parameters:
+            scheduler = self.pipe.components.get("scheduler")
+            config = scheduler.config if scheduler is not None else {}
+            fields["num_inference_steps"] = 2 if config.get("shift_terminal") else 1
+        if "image" in self.parameters:
+            fields["images"] = [Image.new("RGB", (64, 64), (128, 128, 128))]
+        if "mask_image" in self.parameters:
+            fields["mask_image"] = Image.new("L", (64, 64), 255)
+        return fields
+
     def output_fps(self, request: GenerationRequest) -> int | None:
         """A video pipeline's frame rate: the request's ``fps`` extra where ``__call__`` takes
         one, else the default ``__call__`` declares for ``fps``, else :data:`DEFAULT_FPS`."""

@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from omni_core.chat.pipeline import ChatPipeline
+from omni_core.contract.errors import (
+    InvalidRequestError,
+    OmniError,
+    RequestFailedError,
+    RequestOutOfMemoryError,
+)
 from omni_core.contract.requests import warmup_request
 from omni_core.runtime.engine import Engine
 from omni_core.runtime.jobs import EngineObserver
@@ -110,20 +116,18 @@ class ServedModel:
         self.engine = engine.start()
         if config.warmup:
             try:
-                request = warmup_request(omni.pipeline, self.warmup_fields(config))
-                engine.run(request, timeout=3600)
-            except Exception as exc:
+                warm_up(omni.pipeline, engine, self.warmup_fields(config))
+            except BaseException:
                 engine.stop(drain=False, timeout=5)
-                raise RuntimeError(
-                    f"the warm-up request failed ({exc}); choose a size that fits with "
-                    '--warmup-request \'{"width": W, "height": H}\' or pass --no-warmup'
-                ) from exc
+                raise
         self.status = "ready"
         log.info("model %s ready (%s, %.1f s)", self.id, omni.spec.name, time.perf_counter() - t0)
 
     def fail(self, exc: BaseException) -> None:
+        """Mark the model failed; ``/health`` and 503s give the reason: an OmniError's own
+        message (written for users), anything else with its type."""
         self.status = "failed"
-        self.error = f"{type(exc).__name__}: {exc}"
+        self.error = str(exc) if isinstance(exc, OmniError) else f"{type(exc).__name__}: {exc}"
 
     def warmup_fields(self, config: ServerConfig) -> dict[str, Any]:
         """The configured warm-up fields (``--warmup-request``) that apply to this model
@@ -149,6 +153,42 @@ class ServedModel:
         """Leave no worker process behind (only for models this server loaded)."""
         if self.omni is not None and not self.borrowed:
             self.omni.close()
+
+
+class WarmupError(OmniError):
+    """A model's warm-up request was refused or ran out of memory: the message is the whole
+    story (the pipeline's own reason and what to do), so the server logs it on one line."""
+
+
+#: Fields a ``--warmup-request`` can set to make the warm-up smaller (memory-bound devices).
+_SIZE_FIELDS = frozenset({"size", "width", "height", "num_frames"})
+_SET_ONE = "set one with --warmup-request JSON or pass --no-warmup"
+
+
+def warm_up(pipeline: Pipeline, engine: Engine, overrides: Mapping[str, Any]) -> None:
+    """Run the warm-up request the pipeline declares (with the ``--warmup-request`` fields) on
+    ``engine``. Refused (the pipeline's InvalidRequestError) or out of memory: a WarmupError
+    naming that cause; a size hint only where the size is the cause. Any other failure is a
+    bug of the model, raised as such (the server logs its traceback)."""
+    try:
+        request = warmup_request(pipeline, overrides)
+    except InvalidRequestError as exc:
+        hint = (
+            'choose a size it takes with --warmup-request \'{"width": W, "height": H}\' '
+            "or pass --no-warmup"
+            if exc.param in _SIZE_FIELDS
+            else _SET_ONE
+        )
+        raise WarmupError(f"the warm-up request was refused: {exc.message}; {hint}") from None
+    try:
+        engine.run(request, timeout=3600)
+    except RequestOutOfMemoryError as exc:
+        raise WarmupError(
+            f"the warm-up request ran out of memory ({exc}); choose a size that fits with "
+            '--warmup-request \'{"width": W, "height": H}\' or pass --no-warmup'
+        ) from None
+    except RequestFailedError as exc:
+        raise RuntimeError(f"the warm-up request failed ({exc}); {_SET_ONE}") from exc
 
 
 def pick(

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from omni_core.contract.errors import EngineStoppedError, InvalidRequestError
+from omni_core.contract.errors import EngineStoppedError, InvalidRequestError, OmniError
 from omni_core.contract.requests import build_request
 from omni_core.contract.types import GenerationRequest
 from omni_core.runtime.jobs import Job
@@ -144,6 +144,9 @@ class ServerState:
         for served in self.models.values():
             try:
                 served.load(self.config, self.metrics, self.preloaded.get(served.id))
+            except OmniError as exc:  # written for users (a refused warm-up, a bad path)
+                served.fail(exc)
+                log.error("model %s failed to load: %s", served.id, served.error)
             except Exception as exc:
                 served.fail(exc)
                 log.exception("model %s failed to load", served.id)

@@ -16,7 +16,9 @@ from typing import Any
 
 def load_vl_processor(folder: str | Path) -> Any:
     """``Qwen2VLProcessor`` from ``folder``, built without its video part if transformers cannot."""
-    from transformers import Qwen2Tokenizer, Qwen2VLImageProcessor, Qwen2VLProcessor
+    # AutoImageProcessor, not Qwen2VLImageProcessor by name: without torchvision that name
+    # warns that it falls back to the PIL backend, which is what is wanted here.
+    from transformers import AutoImageProcessor, Qwen2Tokenizer, Qwen2VLProcessor
 
     try:
         return Qwen2VLProcessor.from_pretrained(folder)
@@ -24,7 +26,7 @@ def load_vl_processor(folder: str | Path) -> Any:
         # AttributeError/TypeError: the processor type check without torchvision; any other
         # failure is re-raised below by the part loaders with their own clear message.
         pass
-    image_processor = Qwen2VLImageProcessor.from_pretrained(folder)
+    image_processor = AutoImageProcessor.from_pretrained(folder)
     tokenizer = Qwen2Tokenizer.from_pretrained(folder)
     return assemble_vl_processor(image_processor, tokenizer)
 

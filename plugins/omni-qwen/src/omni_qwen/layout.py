@@ -25,7 +25,9 @@ EDIT_AREA = 1024 * 1024
 #: (128 latents x the real VAE's factor 8), whatever VAE factor a checkpoint has (a tiny one's
 #: 16 must not make the default 2048x2048, the largest size the model knows).
 DEFAULT_SIDE = 1024
-#: Qwen-Image's native sizes (its model card); an error message lists those the checkpoint takes.
+#: Qwen-Image's native sizes (its model card), on the published checkpoints' 16-pixel grid and
+#: for the image sequences their scheduler is configured for (:data:`PUBLISHED_IMAGE_TOKENS`);
+#: a size error lists them as the checkpoint at hand makes them (:func:`native_sizes`).
 NATIVE_SIZES = (
     (1328, 1328),
     (1664, 928),
@@ -35,6 +37,10 @@ NATIVE_SIZES = (
     (1584, 1056),
     (1056, 1584),
 )
+#: The published checkpoints' pixels per image token (VAE 8x times the 2x2 patch) and the
+#: longest image sequence their scheduler's resolution shift is configured for.
+PUBLISHED_GRID = 16
+PUBLISHED_IMAGE_TOKENS = 8192
 DEFAULT_STEPS = 50
 DEFAULT_CFG = 4.0
 
@@ -50,6 +56,9 @@ class QwenLayout:
     #: 2 when the scheduler stretches sigmas to a terminal value (one step divides by zero).
     min_steps: int = 1
     guidance_embeds: bool = False
+    #: The longest image sequence (tokens) the scheduler's resolution shift is configured for
+    #: (``max_image_seq_len``; diffusers' default where the config has none).
+    max_image_tokens: int = 4096
 
     @property
     def multiple(self) -> int:
@@ -72,6 +81,7 @@ class QwenLayout:
             latent_channels=int(transformer.get("in_channels", 64)) // 4,
             min_steps=2 if scheduler.get("shift_terminal") else 1,
             guidance_embeds=bool(transformer.get("guidance_embeds", False)),
+            max_image_tokens=int(scheduler.get("max_image_seq_len") or 4096),
         )
 
 
@@ -200,17 +210,35 @@ def check_request(
 
 
 def size_error(name: str, value: int, layout: QwenLayout) -> str:
-    """Why ``value`` cannot be a side: the multiple, the two nearest sides that work, and the
-    native sizes this checkpoint takes (only those: a tiny VAE's multiple of 32 excludes 1328)."""
+    """Why ``value`` cannot be a side: the multiple, the two nearest sides that work, and this
+    checkpoint's native sizes (:func:`native_sizes`)."""
     multiple = layout.multiple
     low = value // multiple * multiple
     near = str(multiple) if value < multiple else f"{low} or {low + multiple}"
-    native = [f"{w}x{h}" for w, h in NATIVE_SIZES if w % multiple == 0 and h % multiple == 0]
+    native = ", ".join(f"{w}x{h}" for w, h in native_sizes(layout))
     return (
         f"{name}={value}: this checkpoint makes sides in multiples of {multiple} pixels "
-        f"(its VAE's factor {layout.vae_scale_factor} times the 2x2 patch); the nearest are {near}"
-        + (f"; native sizes it takes: {', '.join(native)}" if native else "")
+        f"(its VAE's factor {layout.vae_scale_factor} times the 2x2 patch); the nearest are "
+        f"{near}; its native sizes: {native}"
     )
+
+
+def native_sizes(layout: QwenLayout) -> list[tuple[int, int]]:
+    """Qwen-Image's native sizes as this checkpoint makes them: the model card's image-token
+    grids (sides / 16), scaled by the image sequences this checkpoint's scheduler is configured
+    for against the published ones, on this checkpoint's pixel multiple. The published
+    checkpoints get the model card's sizes (4:3's 1140, off the 16-pixel grid, as 1136); a
+    small test checkpoint gets the small sizes it was configured for."""
+    scale = math.sqrt(layout.max_image_tokens / PUBLISHED_IMAGE_TOKENS)
+    sizes: list[tuple[int, int]] = []
+    for width, height in NATIVE_SIZES:
+        w, h = (
+            max(1, round(side / PUBLISHED_GRID * scale)) * layout.multiple
+            for side in (width, height)
+        )
+        if (w, h) not in sizes:
+            sizes.append((w, h))
+    return sizes
 
 
 def is_checked(request: GenerationRequest) -> bool:

@@ -157,6 +157,19 @@ class QwenImagePipeline(StagedPipeline):
         completed, input images decoded; ``prepare`` trusts what this returns)."""
         return check_request(self.layout, request, family=self.family, image_range=self.image_range)
 
+    def warmup_fields(self) -> dict[str, Any]:
+        """One request at the default size with the fewest steps this checkpoint's scheduler
+        takes (two with ``shift_terminal``) and, for an edit, the grey input images it needs:
+        what :meth:`validate` accepts on every Qwen-Image checkpoint."""
+        from PIL import Image
+
+        grey = Image.new("RGB", (64, 64), (128, 128, 128))
+        return {
+            "prompt": "warm-up",
+            "num_inference_steps": self.layout.min_steps,
+            "images": [grey] * self.image_range[0],
+        }
+
     def denoisers(self) -> dict[str, Any]:
         return {"transformer": self.transformer}
 

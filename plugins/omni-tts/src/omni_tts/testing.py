@@ -86,6 +86,7 @@ def _char_tokenizer(
 
 
 def _vits(path: Path, *, speakers: int) -> None:
+    import torch
     from transformers import VitsConfig, VitsModel, VitsTokenizer
 
     chars = ["k"] + [c for c in _CHARS if c != "k"]  # MMS puts its pad character first
@@ -110,8 +111,10 @@ def _vits(path: Path, *, speakers: int) -> None:
         flow_size=8,
         spectrogram_bins=9,
         upsample_initial_channel=16,
-        upsample_rates=[4, 4],
-        upsample_kernel_sizes=[8, 8],
+        # 256 samples per frame (MMS-TTS's hop): about a second of speech for a short sentence
+        # at the couple of frames per character random durations give (16 made 0.07 s).
+        upsample_rates=[8, 8, 4],
+        upsample_kernel_sizes=[16, 16, 8],
         resblock_kernel_sizes=[3],
         resblock_dilation_sizes=[[1, 3]],
         prior_encoder_num_flows=2,
@@ -125,6 +128,8 @@ def _vits(path: Path, *, speakers: int) -> None:
         sampling_rate=16000,
     )
     model = VitsModel(config).eval()
+    with torch.no_grad():  # random weights saturate the vocoder's final tanh: a quiet last conv
+        model.decoder.conv_post.weight.mul_(0.03)
     model.save_pretrained(path)
 
 
@@ -221,8 +226,10 @@ def _fastspeech2(path: Path, *, combined: bool) -> None:
     vocoder_config = FastSpeech2ConformerHifiGanConfig(
         model_in_dim=8,
         upsample_initial_channel=16,
-        upsample_rates=[4, 4],
-        upsample_kernel_sizes=[8, 8],
+        # 256 samples per frame (MMS-TTS's hop): about a second of speech for a short sentence
+        # at the couple of frames per character random durations give (16 made 0.07 s).
+        upsample_rates=[8, 8, 4],
+        upsample_kernel_sizes=[16, 16, 8],
         resblock_kernel_sizes=[3],
         resblock_dilation_sizes=[[1, 3]],
         sampling_rate=22050,

@@ -39,6 +39,9 @@ class WanLayout:
     in_channels: int
     z_dim: int
     image_dim: int | None
+    #: Rotary positions the transformer has per axis (frames, height, width) in patches:
+    #: 1024 on the published checkpoints, fewer on small test ones.
+    rope_positions: int = 1024
 
     @property
     def image_to_video(self) -> bool:
@@ -81,7 +84,36 @@ class WanLayout:
             in_channels=int(transformer.get("in_channels", 16)),
             z_dim=int(vae.get("z_dim", 16)),
             image_dim=transformer.get("image_dim"),
+            rope_positions=int(transformer.get("rope_max_seq_len") or 1024),
         )
+
+    def position_error(self, height: int, width: int, frames: int) -> InvalidRequestError | None:
+        """Why the transformer has no rotary position for part of a ``height`` x ``width`` x
+        ``frames`` video (diffusers would fail mid-forward with a shape error), or None."""
+        limit = self.rope_positions
+        mh, mw = self.size_multiple
+        largest_frames = (limit * self.patch[0] - 1) * self.vae_temporal + 1
+        for name, value, largest in (
+            ("height", height, limit * mh),
+            ("width", width, limit * mw),
+            ("num_frames", frames, largest_frames),
+        ):
+            if value > largest:
+                return InvalidRequestError(
+                    f"{name} {value} is above the {largest} this checkpoint takes (its "
+                    f"transformer has rotary positions for {limit} patches per axis, "
+                    "rope_max_seq_len)",
+                    param=name,
+                )
+        return None
+
+    def warmup_size(self) -> dict[str, int]:
+        """The size of the server's warm-up: the default one when this checkpoint takes it,
+        else the smallest video it makes (one latent frame after the first, one patch)."""
+        if self.position_error(DEFAULT_HEIGHT, DEFAULT_WIDTH, DEFAULT_FRAMES) is None:
+            return {}
+        mh, mw = self.size_multiple
+        return {"height": mh, "width": mw, "num_frames": self.vae_temporal + 1}
 
     def check(self, request: GenerationRequest) -> GenerationRequest:
         """Complete defaults and reject what Wan cannot do, before any compute."""
@@ -105,6 +137,9 @@ class WanLayout:
                 f"try {k * self.vae_temporal + 1}",
                 param="num_frames",
             )
+        problem = self.position_error(height, width, frames)
+        if problem is not None:
+            raise problem
         if request.num_outputs != 1:
             raise InvalidRequestError(
                 "Wan generates one video per request; send several requests instead",

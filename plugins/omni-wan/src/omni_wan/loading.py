@@ -59,7 +59,9 @@ def load_components(path: Path, options: PipelineOptions) -> dict[str, Any]:
         raise ModelNotFoundError(f"{path}: unknown scheduler class {scheduler_name!r}")
     components["scheduler"] = scheduler_cls.from_pretrained(path / "scheduler")
     if present(index, "image_encoder"):
-        from transformers import CLIPImageProcessor, CLIPVisionModel
+        # AutoImageProcessor picks the backend that is installed (the PIL one without
+        # torchvision; importing CLIPImageProcessor by name then warns that it falls back).
+        from transformers import AutoImageProcessor, CLIPVisionModel
 
         components["image_encoder"] = (
             CLIPVisionModel.from_pretrained(
@@ -68,7 +70,7 @@ def load_components(path: Path, options: PipelineOptions) -> dict[str, Any]:
             .to(device)
             .eval()
         )
-        components["image_processor"] = CLIPImageProcessor.from_pretrained(path / "image_processor")
+        components["image_processor"] = AutoImageProcessor.from_pretrained(path / "image_processor")
     return components
 
 

@@ -135,6 +135,11 @@ class WanVideoPipeline(StagedPipeline):
         (``prepare`` trusts what this returns)."""
         return self.layout.check(request)
 
+    def warmup_fields(self) -> dict[str, Any]:
+        """One step at the default size, or at the smallest where this checkpoint does not take
+        the default (:meth:`WanLayout.warmup_size`); an I2V checkpoint's grey image."""
+        return {**super().warmup_fields(), **self.layout.warmup_size()}
+
     def output_fps(self, request: GenerationRequest) -> int:
         """24 for Wan2.2 TI2V-5B, 16 for the others, or the request's ``fps`` extra.
 

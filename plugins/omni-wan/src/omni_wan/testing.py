@@ -55,7 +55,6 @@ def build_tiny_wan(path: str | Path, variant: str = "t2v") -> Path:
     from diffusers import (
         AutoencoderKLWan,
         UniPCMultistepScheduler,
-        WanImageToVideoPipeline,
         WanPipeline,
         WanTransformer3DModel,
     )
@@ -133,6 +132,10 @@ def build_tiny_wan(path: str | Path, variant: str = "t2v") -> Path:
         "transformer_2": transformer(11) if two_experts else None,
     }
     if variant.startswith("i2v"):
+        # Imported here: diffusers' I2V module imports transformers' CLIPImageProcessor by name,
+        # which warns where torchvision is missing (the text-to-video builds stay quiet).
+        from diffusers import WanImageToVideoPipeline
+
         image_encoder, image_processor = _clip() if clip else (None, None)
         pipe = WanImageToVideoPipeline(
             **components,

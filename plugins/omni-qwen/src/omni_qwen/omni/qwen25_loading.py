@@ -14,6 +14,7 @@ tokenizer files and safetensors). What else is read here:
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,37 @@ def speakers_file(folder: Path) -> Path:
         raise ConfigError(f"{org}/{name}: cannot get {SPEAKERS_FILE} ({exc})") from exc
 
 
+#: ``Model config: NAME must be None or an integer within the vocabulary ...``: transformers'
+#: check of one ``*_token_id`` field.
+_VOCABULARY_WARNING = "within the vocabulary"
+
+
+class _VocabularyWarnings(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _VOCABULARY_WARNING not in record.getMessage()
+
+
+def quiet_default_talker_config() -> None:
+    """Keep transformers' warnings about its own default talker config out of the log.
+
+    transformers checks a talker config's text-token ids (``tts_text_*``, ``vision_*``,
+    ``audio_*``: ids of the thinker's vocabulary) against the talker's codec vocabulary, so its
+    default ``Qwen2_5OmniTalkerConfig`` (the published checkpoint's values) fails the check, and
+    every config repr and ``save_pretrained`` builds that default: seven warnings on each load,
+    about nothing in the checkpoint. transformers warns once per message, so building the
+    default once here with those warnings dropped keeps them out; a checkpoint whose own ids
+    differ is still warned about (another message)."""
+    from transformers import Qwen2_5OmniTalkerConfig
+
+    logger = logging.getLogger("transformers.configuration_utils")
+    quiet = _VocabularyWarnings()
+    logger.addFilter(quiet)
+    try:
+        Qwen2_5OmniTalkerConfig()
+    finally:
+        logger.removeFilter(quiet)
+
+
 def load_processor(folder: Path) -> tuple[Any, bool]:
     """(the processor, whether it takes videos)."""
     from transformers import Qwen2_5OmniProcessor
@@ -57,6 +89,7 @@ def load_model(folder: Path, *, device: Any, dtype: Any, audio_output: bool) -> 
     kept in float32 (as transformers' ``generate`` runs it)."""
     from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
 
+    quiet_default_talker_config()
     config = Qwen2_5OmniConfig.from_pretrained(str(folder))
     config.enable_audio_output = bool(audio_output)
     speakers_file(folder)

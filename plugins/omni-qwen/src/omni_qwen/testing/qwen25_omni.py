@@ -44,7 +44,10 @@ SPECIALS = (
 )
 #: The speakers of the tiny spk_dict.pt (the official checkpoint has Chelsie and Ethan).
 SPEAKERS = ("Chelsie", "Ethan")
-CODEC_VOCAB = 128
+#: The talker's codec vocabulary (and the DiT's code embeddings). Larger than the tokenizer:
+#: transformers checks the talker's text-token ids (``tts_text_*``, ``vision_*``, ``audio_*``:
+#: ids of the thinker's vocabulary) against this one and warns for each id outside it.
+CODEC_VOCAB = 320
 CODEC = {"pad": 120, "bos": 121, "eos": 122, "mask": 124}
 
 CHAT_TEMPLATE = (
@@ -214,11 +217,11 @@ def write_processor(folder: Path) -> None:
     in one file, as the official repo has it), video_preprocessor_config.json and
     chat_template.jinja. Written from the components' own dicts: constructing the processor
     itself needs torchvision (its video processor)."""
-    from transformers import Qwen2VLImageProcessor, WhisperFeatureExtractor
+    from transformers import Qwen2VLImageProcessorPil, WhisperFeatureExtractor
 
     pixels = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}
     features = WhisperFeatureExtractor(feature_size=128, sampling_rate=16000).to_dict()
-    image = Qwen2VLImageProcessor(**pixels).to_dict()
+    image = Qwen2VLImageProcessorPil(**pixels).to_dict()
     for d in (features, image):
         d.pop("_processor_class", None)
     merged = {**features, **image, "processor_class": "Qwen2_5OmniProcessor"}
@@ -259,10 +262,14 @@ def build_tiny_qwen25_omni(path: str | Path, seed: int = 0) -> Path:
     import torch
     from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
 
+    from omni_qwen.omni.qwen25_loading import quiet_default_talker_config
+
+    quiet_default_talker_config()  # save_pretrained diffs the config against the default
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     ids = write_tokenizer(folder)
     vocab = max(ids.values()) + 1
+    assert vocab <= CODEC_VOCAB, f"the tokenizer's {vocab} ids outgrew CODEC_VOCAB"
     raw = tiny_config(ids, vocab)
     torch.manual_seed(seed)
     model = Qwen2_5OmniForConditionalGeneration(Qwen2_5OmniConfig(**raw)).eval()

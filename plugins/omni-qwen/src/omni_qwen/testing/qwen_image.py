@@ -101,7 +101,9 @@ def build_tiny_qwen_image(path: str | Path, variant: Variant = "t2i", *, seed: i
     ``"edit-plus"`` (``QwenImageEditPlusPipeline``, Qwen-Image-Edit-2509's multi-image layout).
     The text encoder is a 2-layer Qwen2.5-VL with a 2-block vision tower; the transformer has 2
     blocks of 2 heads x 16; the VAE downsamples 16x (the real one 8x) to 4 latent channels, so
-    sizes come in multiples of 32 pixels here (16 with the real VAE).
+    sizes come in multiples of 32 pixels here (16 with the real VAE), and the scheduler's
+    resolution shift is configured for 64x64 to 256x256 images (its native sizes, as a size
+    error lists them, are Qwen-Image's aspect ratios at about 224x224).
     """
     import diffusers
     import torch
@@ -113,7 +115,7 @@ def build_tiny_qwen_image(path: str | Path, variant: Variant = "t2i", *, seed: i
     from transformers import (
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,
-        Qwen2VLImageProcessor,
+        Qwen2VLImageProcessorPil,
     )
 
     if variant not in ("t2i", "edit", "edit-plus"):
@@ -187,10 +189,12 @@ def build_tiny_qwen_image(path: str | Path, variant: Variant = "t2i", *, seed: i
             for p in module.parameters():
                 if p.dim() > 1:
                     p.normal_(0.0, 0.3 / max(1.0, p[0].numel() ** 0.5) * 3)
+    # The resolution shift is configured for this checkpoint's own sizes: 64x64 (4 image
+    # tokens of 32x32 pixels) to 256x256 (64 tokens), where the real one's runs to 8192 tokens.
     scheduler = FlowMatchEulerDiscreteScheduler(
-        base_image_seq_len=256,
+        base_image_seq_len=4,
         base_shift=0.5,
-        max_image_seq_len=8192,
+        max_image_seq_len=64,
         max_shift=0.9,
         num_train_timesteps=1000,
         shift=1.0,
@@ -219,7 +223,9 @@ def build_tiny_qwen_image(path: str | Path, variant: Variant = "t2i", *, seed: i
     if variant != "t2i":
         # The processor is saved part by part: transformers 5 cannot build a Qwen2VLProcessor
         # object without torchvision (see omni_qwen.compat), but its folder is just these parts.
-        image_processor = Qwen2VLImageProcessor(
+        # The PIL backend: it saves the same files as the default one (type
+        # Qwen2VLImageProcessor) and needs no torchvision.
+        image_processor = Qwen2VLImageProcessorPil(
             size={"shortest_edge": _MIN_PIXELS, "longest_edge": _MAX_PIXELS}
         )
         image_processor.save_pretrained(path / "processor")
