@@ -124,30 +124,17 @@ def b64(data: bytes) -> str:
 
 
 def encode_mp4(frames: np.ndarray, fps: int, path: Path) -> None:
-    """uint8 frames [T, H, W, 3] -> H.264 MP4 at ``path`` (odd sizes are padded to even)."""
-    import av
+    """Frames [T, H, W, 3] (uint8, or floats in [0, 1]) -> H.264 MP4 at ``path``, atomically
+    (odd sizes are padded to even); the same frames always give the same bytes
+    (:func:`omni_core.media.visual.x264_options`)."""
     import numpy as np
+
+    from omni_core.media.visual import write_mp4
 
     frames = np.asarray(frames)
     if frames.dtype != np.uint8:
         frames = (np.clip(frames, 0.0, 1.0) * 255).round().astype(np.uint8)
-    t, h, w = frames.shape[:3]
-    pad_h, pad_w = h % 2, w % 2
-    if pad_h or pad_w:
-        frames = np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge")
-    tmp = path.with_suffix(".part")
-    with av.open(str(tmp), mode="w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=int(fps or 16))
-        stream.width, stream.height = w + pad_w, h + pad_h
-        stream.pix_fmt = "yuv420p"
-        stream.options = {"crf": "18", "preset": "veryfast"}
-        for i in range(t):
-            frame = av.VideoFrame.from_ndarray(frames[i], format="rgb24")
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    tmp.replace(path)
+    write_mp4(frames, path, int(fps or 16), preset="veryfast")
 
 
 def encode_audio(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
