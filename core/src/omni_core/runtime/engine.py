@@ -57,6 +57,13 @@ from omni_core.runtime.jobs import (
 log = logging.getLogger("omni.engine")
 
 
+def _cancelled(job: Job) -> Exception:
+    """The error a cancelled job ends with: the server's shutdown, or its client's cancel."""
+    if job.stopped:
+        return EngineStoppedError(job.cancel_reason)
+    return RequestCancelledError(job.cancel_reason)
+
+
 @dataclass(eq=False)
 class _Running:
     job: Job
@@ -136,7 +143,7 @@ class Engine:
                 with self._cond:
                     unfinished = [r.job for r in self._running] + list(self._pending)
                 for job in unfinished:
-                    job.cancel("the server shut down before this request finished")
+                    job.cancel("the server shut down before this request finished", stopped=True)
                 thread.join(5.0)
         return leftover
 
@@ -216,7 +223,7 @@ class Engine:
         if job.future.done():
             return
         if job.cancelled:
-            self._finish_error(job, RequestCancelledError(job.cancel_reason))
+            self._finish_error(job, _cancelled(job))
             return
         if job.expired(time.monotonic()):  # timed out while queued: no compute at all
             self._finish_error(
@@ -256,7 +263,7 @@ class Engine:
         for entry in list(self._running):
             job = entry.job
             if job.cancelled:
-                self._fail(entry, RequestCancelledError(job.cancel_reason))
+                self._fail(entry, _cancelled(job))
             elif job.expired(now):
                 self._fail(
                     entry, RequestTimeoutError(f"request timed out after {job.timeout_s:g} s")

@@ -261,8 +261,8 @@ class VideoJobs:
                 self._write(job_id, fut.result())
             return
         self._forget(job_id)
-        if isinstance(exc, EngineStoppedError) and job.started_at is None:
-            return  # never started: stays queued and is handed back (close)
+        if isinstance(exc, EngineStoppedError) and (job.started_at is None or self._stopping()):
+            return  # never started, or cut off by the shutdown: handed back (close)
         if isinstance(exc, RequestCancelledError):
             if self._stopping():  # cut off by the end of the grace period: handed back (close)
                 return

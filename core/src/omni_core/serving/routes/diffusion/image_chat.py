@@ -27,7 +27,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from omni_core.runtime.jobs import Job
-from omni_core.serving import compat, media
+from omni_core.serving import compat, media, streams
 from omni_core.serving.errors import from_exception, invalid
 from omni_core.serving.http import await_job, diffusion_fields, request_id, validate
 from omni_core.serving.models import ServedModel, pick
@@ -202,11 +202,7 @@ async def answer(
                     for i in range(body.n)
                 ]
             )
-            try:
-                result = await asyncio.wrap_future(job.future)
-            except Exception as exc:  # noqa: BLE001 - sent as an error event
-                yield f"data: {json.dumps(from_exception(exc).body())}\n\n".encode()
-                return
+            result = await asyncio.wrap_future(job.future)  # raising: an error event
             for i, content in enumerate(await choices(result)):
                 yield event([{"index": i, "delta": {"content": content}, "finish_reason": "stop"}])
             if include_usage:
@@ -216,8 +212,11 @@ async def answer(
             if not job.future.done() and engine is not None:
                 engine.cancel(job, "the client disconnected")
 
+    def error_event(exc: BaseException) -> bytes:
+        return f"data: {json.dumps(from_exception(exc).body())}\n\n".encode()
+
     return StreamingResponse(
-        stream(),
+        streams.end_with_error_event(stream(), gen.request_id, error_event),
         media_type="text/event-stream",
         headers={**headers, "Cache-Control": "no-cache"},
     )

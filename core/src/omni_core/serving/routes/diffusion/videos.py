@@ -17,7 +17,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from omni_core.contract.requests import clip_seconds, make_request
 from omni_core.contract.types import GenerationRequest
 from omni_core.serving import compat, media
-from omni_core.serving.errors import APIError, invalid
+from omni_core.serving.errors import APIError, ClientGone, invalid
 from omni_core.serving.http import (
     FORM_TYPES,
     await_job,
@@ -232,7 +232,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         while record is not None and record.status not in TERMINAL:
             if await request.is_disconnected():
                 await cancel(record)
-                raise asyncio.CancelledError  # nobody is left to answer
+                raise ClientGone(f"the client disconnected; video job {job_id} cancelled")
             await asyncio.sleep(delay)
             delay = min(0.5, delay * 2)
             record = await asyncio.to_thread(store.get, job_id)

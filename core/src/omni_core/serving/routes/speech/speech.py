@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -21,7 +22,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from omni_core.contract.types import AudioChunk, GenerationResult
 from omni_core.runtime.jobs import Job
-from omni_core.serving import compat, media
+from omni_core.serving import compat, media, streams
 from omni_core.serving.errors import APIError, from_exception
 from omni_core.serving.http import (
     await_job,
@@ -161,44 +162,53 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                     engine.cancel(job, "the client disconnected")
 
         async def audio_stream() -> AsyncIterator[bytes]:
-            async for item in items():
-                if isinstance(item, AudioChunk):
-                    data = encoder.encode(item.samples)
-                    if data:
-                        yield data
-                elif item.exception() is not None:
-                    log.error("request %s failed mid-stream: %s", gen.request_id, item.exception())
-                    return
-                else:
-                    tail = encoder.close()
-                    if tail:
-                        yield tail
+            async with contextlib.aclosing(items()) as pieces:
+                async for item in pieces:
+                    if isinstance(item, AudioChunk):
+                        data = encoder.encode(item.samples)
+                        if data:
+                            yield data
+                    elif (exc := item.exception()) is not None:
+                        raise streams.cut(gen.request_id, exc)  # not a whole file: cut it
+                    else:
+                        tail = encoder.close()
+                        if tail:
+                            yield tail
 
         async def sse_stream() -> AsyncIterator[bytes]:
             samples = 0
-            async for item in items():
-                if isinstance(item, AudioChunk):
-                    samples += len(item.samples)
-                    event = {
-                        "type": "speech.audio.delta",
-                        "audio": base64.b64encode(encoder.encode(item.samples)).decode(),
-                    }
-                elif (exc := item.exception()) is not None:
-                    event = {"type": "error", "error": from_exception(exc).body()["error"]}
-                else:
-                    event = {
-                        "type": "speech.audio.done",
-                        "sample_rate": rate,
-                        "audio_seconds": samples / rate,
-                        "usage": {
-                            "input_tokens": len(body.input),
-                            "output_tokens": 0,
-                            "total_tokens": len(body.input),
-                        },
-                    }
-                yield f"data: {json.dumps(event)}\n\n".encode()
+            async with contextlib.aclosing(items()) as pieces:
+                async for item in pieces:
+                    if isinstance(item, AudioChunk):
+                        samples += len(item.samples)
+                        event = {
+                            "type": "speech.audio.delta",
+                            "audio": base64.b64encode(encoder.encode(item.samples)).decode(),
+                        }
+                    elif (exc := item.exception()) is not None:
+                        log.error("request %s failed mid-stream: %s", gen.request_id, exc)
+                        yield error_event(exc)
+                        return
+                    else:
+                        event = {
+                            "type": "speech.audio.done",
+                            "sample_rate": rate,
+                            "audio_seconds": samples / rate,
+                            "usage": {
+                                "input_tokens": len(body.input),
+                                "output_tokens": 0,
+                                "total_tokens": len(body.input),
+                            },
+                        }
+                    yield f"data: {json.dumps(event)}\n\n".encode()
+
+        def error_event(exc: BaseException) -> bytes:
+            event = {"type": "error", "error": from_exception(exc).body()["error"]}
+            return f"data: {json.dumps(event)}\n\n".encode()
 
         headers = {**headers, "x-omni-sample-rate": str(rate), "Cache-Control": "no-cache"}
         if sse:
-            return StreamingResponse(sse_stream(), media_type="text/event-stream", headers=headers)
-        return StreamingResponse(audio_stream(), media_type=encoder.media_type, headers=headers)
+            events = streams.end_with_error_event(sse_stream(), gen.request_id, error_event)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        chunks = streams.cut_on_error(audio_stream(), gen.request_id)
+        return StreamingResponse(chunks, media_type=encoder.media_type, headers=headers)
