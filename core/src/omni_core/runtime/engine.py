@@ -10,11 +10,14 @@ re-entrant, so exactly one thread calls ``prepare`` / ``step`` / ``decode`` / ``
 The loop is continuous batching at denoising-step granularity: between two steps the worker admits
 new requests (``prepare``), drops cancelled or timed-out ones, steps every group of states that
 share :meth:`~omni_core.contract.pipeline.StagedPipeline.batch_key` (at most ``max_batch`` per
-``step`` call), and decodes the states that finished. Streamed requests (speech, chat) advance one
-delta of :meth:`~omni_core.contract.pipeline.StreamedPipeline.open_stream` per iteration, or, when
-the pipeline has a :class:`~omni_core.contract.pipeline.SharedRuntime`, every open stream advances
-in one shared step; so they interleave with each other and with diffusion work. Nothing in the loop
-reads tensor values back to the host.
+``step`` call), and decodes the states that finished. A seeded request steps alone unless
+``batch_seeded``: a batched forward rounds differently from a forward of one (other kernels for
+other shapes, on every device), so its pixels would depend on what ran beside it. Streamed
+requests (speech, chat) advance one delta of
+:meth:`~omni_core.contract.pipeline.StreamedPipeline.open_stream` per iteration, or, when the
+pipeline has a :class:`~omni_core.contract.pipeline.SharedRuntime`, every open stream advances
+in one shared step; so they interleave with each other and with diffusion work. Nothing in the
+loop reads tensor values back to the host.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ class Engine:
         max_queue: int = 64,
         request_timeout_s: float | None = None,
         observer: EngineObserver | None = None,
+        batch_seeded: bool = False,
     ) -> None:
         if max_batch < 1 or max_queue < 1:
             raise ValueError("max_batch and max_queue must be >= 1")
@@ -93,6 +97,8 @@ class Engine:
         self.capacity = pipeline.concurrency(max_batch)  # requests running at once
         self.max_queue = max_queue
         self.request_timeout_s = request_timeout_s
+        #: Whether seeded staged requests may share a step (faster; see the module docstring).
+        self.batch_seeded = batch_seeded
         self.observer: EngineObserver = observer or NullObserver()
         if not isinstance(pipeline, StagedPipeline | StreamedPipeline):
             raise TypeError(
@@ -279,7 +285,10 @@ class Engine:
             assert isinstance(self.pipeline, StagedPipeline)
             for entry in staged:  # the LoRA adapters and scales are part of the key
                 assert entry.state is not None
-                groups[step_key(self.pipeline, entry.state)].append(entry)
+                key = step_key(self.pipeline, entry.state)
+                if not self.batch_seeded and entry.job.request.seed is not None:
+                    key = (key, id(entry))  # the same numbers whatever runs beside it
+                groups[key].append(entry)
             for group in groups.values():
                 for start in range(0, len(group), self.max_batch):
                     self._step(group[start : start + self.max_batch])

@@ -52,6 +52,10 @@ class ServerConfig(BaseModel):
     api_key: str | None = None
     state_dir: Path = Field(default_factory=lambda: Path.home() / ".local/state/omni/serve")
     max_batch: int = Field(4, ge=1, le=256)
+    #: Let seeded image and video requests share denoising steps with others: faster under
+    #: load, but a batched forward rounds differently, so a seed then reproduces its output
+    #: only when it runs alone (off: a seeded request always steps alone).
+    batch_seeded: bool = False
     max_queue: int = Field(64, ge=1)
     device: str | None = None
     dtype: str | None = None

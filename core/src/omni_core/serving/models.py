@@ -106,6 +106,7 @@ class ServedModel:
             max_queue=config.max_queue,
             request_timeout_s=config.request_timeout_s,
             observer=observer,
+            batch_seeded=config.batch_seeded,
         )
         self.engine = engine.start()
         if config.warmup:
