@@ -150,6 +150,18 @@ class Pipeline(ABC):
         """
         return max_batch
 
+    def work_units(self, request: GenerationRequest) -> float | None:
+        """How much work ``request`` is, in units whose denoising time the server measures on
+        this model (default: its pixel-steps, :func:`pixel_steps`; None: no estimate).
+
+        The server refuses at admission a request whose estimated run time (this x the
+        model's measured seconds per unit, from its warm-up and finished requests) is above
+        ``--request-timeout``. Override it when your model's work grows otherwise (latent
+        frames of a temporally compressed VAE, tokens of a transformer over patches); it must
+        be cheap and in proportion to the denoising time of that request.
+        """
+        return pixel_steps(request)
+
     def denoisers(self) -> dict[str, Any]:
         """The denoiser modules as the pipeline runs them, by component name (default: none).
 
@@ -215,6 +227,21 @@ class Pipeline(ABC):
             where = ".".join(str(p) for p in first["loc"]) or "extras"
             raise InvalidRequestError(f"extras.{where}: {first['msg']}", param=where) from None
         return request.model_copy(update={"extras": extras.model_dump()})
+
+
+def pixel_steps(request: GenerationRequest) -> int | None:
+    """width x height x frames x steps x outputs of a diffusion request (None without a size
+    or steps: speech, or a pipeline that left them open): ``--max-cost``'s measure and the
+    default :meth:`Pipeline.work_units`."""
+    if not (request.width and request.height and request.num_inference_steps):
+        return None
+    return (
+        request.width
+        * request.height
+        * (request.num_frames or 1)
+        * request.num_inference_steps
+        * (request.num_outputs or 1)
+    )
 
 
 @dataclass
