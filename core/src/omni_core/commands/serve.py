@@ -85,12 +85,16 @@ def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, s
 
 def _preflight(config: ServerConfig) -> None:
     """Fail before binding a port: a device, dtype or attention backend this machine cannot
-    use, a model that cannot be found or that no pipeline serves (what ``Omni`` would find)."""
+    use, a model that cannot be found or that no pipeline serves (what ``Omni`` would find),
+    a state folder that cannot be written."""
     import inspect
 
     from omni_core.api import Omni, locate_model
     from omni_core.api import check_load_options as check_pipeline_options
     from omni_core.contract.host import get_registry
+    from omni_core.serving.stores.probe import check_state_dir
+
+    check_state_dir(config.state_dir, config.storage.min_free_bytes)
 
     check_load_options(config.device, config.dtype, config.attention_backend)
     check_option_keys(config.options)
@@ -249,6 +253,15 @@ def _preflight(config: ServerConfig) -> None:
     show_default=True,
     help="Decoded pixels of all uploaded images of a request, read from their headers (413).",
 )
+@click.option(
+    "--report-timings",
+    "--enable-diffusion-pipeline-profiler",
+    "report_timings",
+    is_flag=True,
+    default=False,
+    help="Every response carries its stage durations and peak memory (vLLM-Omni's fields, "
+    "which its serving benchmark prints); without it only requests sending 'X-Omni-Timings: 1'.",
+)
 @connection_options
 @answer_options
 @click.option(
@@ -301,6 +314,7 @@ def serve(
     max_aspect_ratio: float,
     max_cost: int,
     max_upload_pixels: int,
+    report_timings: bool,
     connections: dict[str, float],
     answers: dict[str, str],
     public_url: str | None,
@@ -380,6 +394,7 @@ def serve(
             max_aspect_ratio=max_aspect_ratio or None,
             max_cost=max_cost or None,
             max_upload_pixels=max_upload_pixels,
+            report_timings=report_timings,
             **connections,
             **answers,
             public_url=public_url,

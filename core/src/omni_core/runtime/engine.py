@@ -28,7 +28,7 @@ import threading
 import time
 import traceback
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core.contract.collect import Collector
@@ -73,6 +73,8 @@ class _Running:
     state: DenoiseState | None = None
     stream: Iterator[Any] | None = None  # AudioChunk (speech) or ChatDelta (chat) objects
     collector: Collector | None = None
+    #: Seconds in each stage so far (``prepare_s``, ``denoise_s``: the steps it was part of).
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 class Engine:
@@ -245,6 +247,9 @@ class Engine:
             except Exception:
                 log.exception("request %s: start callback failed", job.id)
         entry = _Running(job)
+        if not self._running and self._platform is not None:
+            self._reset_peak()  # the peak a result reports is that of the requests beside it
+        t0 = time.perf_counter()
         try:
             if isinstance(self.pipeline, StreamedPipeline):  # a stream and what gathers it
                 entry.stream = iter(self.pipeline.open_stream(job.request))
@@ -252,6 +257,7 @@ class Engine:
             else:
                 assert isinstance(self.pipeline, StagedPipeline)
                 entry.state = self.pipeline.prepare(job.request)
+                entry.timings["prepare_s"] = time.perf_counter() - t0
         except InvalidRequestError as exc:
             self._finish_error(job, exc)
             return
@@ -314,8 +320,10 @@ class Engine:
                 self._log_failure(entry.job, exc)
                 self._fail(entry, failure_error(exc, len(batch)))
             return
-        self.observer.batch(self.name, len(states), time.perf_counter() - t0)
+        elapsed = time.perf_counter() - t0
+        self.observer.batch(self.name, len(states), elapsed)
         for entry in batch:
+            entry.timings["denoise_s"] = entry.timings.get("denoise_s", 0.0) + elapsed
             state = entry.state
             if entry.job.on_progress is not None and state is not None:
                 try:
@@ -395,6 +403,8 @@ class Engine:
         job = entry.job
         self._remove(entry)
         now = time.monotonic()
+        for key, seconds in entry.timings.items():
+            result.timings.setdefault(key, seconds)
         result.timings.setdefault("queue_s", (job.started_at or now) - job.submitted_at)
         result.timings["total_s"] = now - job.submitted_at
         service = now - (job.started_at or job.submitted_at)
@@ -410,6 +420,13 @@ class Engine:
         log.info("request %s completed in %.3f s", job.id, result.timings["total_s"])
         if not job.future.done():
             job.future.set_result(result)
+
+    def _reset_peak(self) -> None:
+        try:
+            assert self._platform is not None
+            self._platform.reset_peak_memory(self._device)
+        except Exception:  # noqa: BLE001  # pragma: no cover - a platform without stats
+            log.debug("engine %s: the platform cannot reset its peak memory", self.name)
 
     def _fail(self, entry: _Running, exc: BaseException) -> None:
         self._remove(entry)

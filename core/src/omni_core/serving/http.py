@@ -192,8 +192,7 @@ async def read_form(request: Request, config: ServerConfig, *, images: bool = Tr
 
 def _check_image_headers(form: FormData, config: ServerConfig) -> None:
     uploads = [(k, v) for k, v in form.multi_items() if isinstance(v, UploadFile)]
-    total = 0
-    max_pixels = config.max_upload_pixels
+    images = []
     for i, (key, upload) in enumerate(uploads):
         base = key.removesuffix("[]")
         param = base if len(uploads) == 1 else f"{base}[{i}]"
@@ -204,17 +203,9 @@ def _check_image_headers(form: FormData, config: ServerConfig) -> None:
             upload.file.seek(0)
             continue  # empty: the decoder names it
         upload.file.seek(0)
-        width, height = media.image_header(upload.file, param)
+        images.append((param, *media.image_info(upload.file, param)))
         upload.file.seek(0)
-        total += width * height
-        if total > max_pixels:
-            raise APIError(
-                413,
-                f"{param}: the uploaded images decode to {total} pixels, above this server's "
-                f"limit of {max_pixels} (--max-upload-pixels); send smaller images",
-                param=param,
-                code="image_too_large",
-            )
+    media.fit_pixels(images, config.max_upload_pixels)  # 413 when even reduced JPEGs do not
 
 
 async def upload_bytes(upload: UploadFile, param: str, config: ServerConfig) -> bytes:

@@ -16,6 +16,7 @@ from omni_core.runtime.engine import Engine
 from omni_core.runtime.jobs import EngineObserver
 from omni_core.serving.config import ModelSource, ServerConfig
 from omni_core.serving.errors import APIError
+from omni_core.serving.estimates import RunTimeEstimate
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.api import Omni
@@ -47,6 +48,8 @@ class ServedModel:
     created: int = field(default_factory=lambda: int(time.time()))
     #: Loaded by someone else (``create_app(preloaded=...)``): not ours to close.
     borrowed: bool = False
+    #: Its measured speed, for refusing requests that would outrun the timeout.
+    estimate: RunTimeEstimate = field(default_factory=RunTimeEstimate)
 
     @property
     def id(self) -> str:
@@ -112,7 +115,7 @@ class ServedModel:
         if config.warmup:
             try:
                 request = warmup_request(omni.pipeline, self.warmup_fields(config))
-                engine.run(request, timeout=3600)
+                self.estimate.observe(omni.pipeline, request, engine.run(request, timeout=3600))
             except Exception as exc:
                 engine.stop(drain=False, timeout=5)
                 raise RuntimeError(

@@ -34,12 +34,16 @@ from omni_core.serving.stores import (
     open_job_store,
     open_output_store,
 )
+from omni_core.serving.stores.probe import probe
 from omni_core.speech.voices import VoiceStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.api import Omni
 
 log = logging.getLogger("omni.serving")
+
+#: Seconds between two probes of the state folder (``/health``).
+STORAGE_PROBE_S = 2.0
 
 
 class Transcripts:
@@ -92,6 +96,9 @@ class ServerState:
         self._voices: VoiceStore | None = None
         self._drain_lock = threading.Lock()
         self._drained = False
+        self._storage_checked = -STORAGE_PROBE_S
+        self._storage_problem: str | None = None
+        self._storage_lock = threading.Lock()
 
     @property
     def jobs(self) -> VideoJobs:
@@ -105,6 +112,17 @@ class ServerState:
         if self._voices is None:
             self._voices = VoiceStore(self.config.state_dir)
         return self._voices
+
+    def storage_problem(self) -> str | None:
+        """Why the state folder cannot take writes now (read-only, full), or None; probed at
+        most every :data:`STORAGE_PROBE_S` seconds however often ``/health`` is asked."""
+        with self._storage_lock:
+            now = time.monotonic()
+            if now - self._storage_checked >= STORAGE_PROBE_S:
+                min_free = self.config.storage.min_free_bytes
+                self._storage_problem = probe(self.config.state_dir, min_free)
+                self._storage_checked = now
+            return self._storage_problem
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -193,9 +211,10 @@ class ServerState:
         request_id: str | None = None,
         seconds: float | None = None,
     ) -> GenerationRequest:
-        """Shared fields + the body's extras -> a validated request (400 on any problem)."""
+        """Shared fields + the body's extras -> a validated request (400 on any problem, and
+        for one estimated to outrun the request timeout: omni_core.serving.estimates)."""
         try:
-            return build_request(
+            request = build_request(
                 served.pipeline,
                 fields,
                 extras=extras,
@@ -204,6 +223,8 @@ class ServerState:
                 seconds=seconds,
                 extras_at=None,  # extras are top-level fields of the body
             )
+            served.estimate.check(served.pipeline, request, self.config.request_timeout_s)
+            return request
         except InvalidRequestError as exc:
             raise from_exception(exc) from None
 
@@ -225,6 +246,13 @@ class ServerState:
         if served.engine is None:
             raise APIError(503, f"model {served.id!r} is not running", type="server_error")
         try:
-            return served.engine.submit(job)
+            served.engine.submit(job)
         except Exception as exc:  # noqa: BLE001 - mapped to its HTTP status
             raise from_exception(exc) from None
+
+        def learn(future: Any) -> None:  # its speed, for the next estimates
+            if not future.cancelled() and future.exception() is None:
+                served.estimate.observe(served.pipeline, job.request, future.result())
+
+        job.future.add_done_callback(learn)
+        return job

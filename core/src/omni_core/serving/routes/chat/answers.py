@@ -48,7 +48,7 @@ from omni_core.chat.pipeline import ChatPipeline
 from omni_core.contract.messages import ChatDelta, ChatUsage
 from omni_core.contract.types import AudioChunk, GenerationResult
 from omni_core.runtime.jobs import Job
-from omni_core.serving import chat_inputs, compat, media, streams
+from omni_core.serving import chat_inputs, compat, media, streams, timings
 from omni_core.serving.errors import from_exception
 from omni_core.serving.http import await_job, request_id, submit_streaming, validate
 from omni_core.serving.models import ServedModel
@@ -144,10 +144,13 @@ async def answer(
     def remember(transcript: str) -> None:
         state.transcripts.remember(audio_id, expires, transcript)
 
+    reported = timings.wanted(request, state.config)
+
     if not body.stream:
         result = await await_job(served, state.submit(served, Job(gen)), request)
         text = result.text or ""
         message: dict[str, Any] = {"role": "assistant", "content": text}
+        t0 = time.perf_counter()
         if spoken:
             import numpy as np
 
@@ -169,15 +172,15 @@ async def answer(
             choices.append(
                 {"index": 0, "message": spoken_message, "logprobs": None, "finish_reason": "stop"}
             )
-        return JSONResponse(
-            {
-                **head,
-                "object": "chat.completion",
-                "choices": choices,
-                "usage": _usage(result.info.get("usage") or ChatUsage()),
-            },
-            headers=headers,
-        )
+        payload = {
+            **head,
+            "object": "chat.completion",
+            "choices": choices,
+            "usage": _usage(result.info.get("usage") or ChatUsage()),
+        }
+        if reported:  # where vLLM-Omni's benchmark reads them
+            payload["metrics"] = timings.metrics(result, time.perf_counter() - t0)
+        return JSONResponse(payload, headers=headers)
 
     job, queue, first = await submit_streaming(state, served, gen)
     engine = served.engine
@@ -196,7 +199,10 @@ async def answer(
         return f"data: {json.dumps(chunk)}\n\n".encode()
 
     def closing(result: GenerationResult, last: dict[str, Any], **extra: Any) -> list[bytes]:
-        """The last choice chunk (with the finish reason), the usage chunk when asked, DONE."""
+        """The last choice chunk (with the finish reason, and the metrics when asked for),
+        the usage chunk when asked, DONE."""
+        if reported:
+            extra["metrics"] = timings.metrics(result)
         out = [event(last, result.info.get("finish_reason", "stop"), **extra)]
         if include_usage:
             out.append(event(None, usage=_usage(result.info.get("usage") or ChatUsage())))

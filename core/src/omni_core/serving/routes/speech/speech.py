@@ -13,6 +13,7 @@ import base64
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from typing import Any
@@ -22,7 +23,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from omni_core.contract.types import AudioChunk, GenerationResult
 from omni_core.runtime.jobs import Job
-from omni_core.serving import compat, media, streams
+from omni_core.serving import compat, media, streams, timings
 from omni_core.serving.errors import APIError, from_exception
 from omni_core.serving.http import (
     await_job,
@@ -119,12 +120,13 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 from omni_core.media import dsp
 
                 audio, rate = dsp.resample(audio, rate, body.sample_rate), body.sample_rate
+            t0 = time.perf_counter()
             encoded = await asyncio.to_thread(media.encode_audio, audio, rate, fmt)
-            return Response(
-                encoded,
-                media_type=media.AUDIO_MEDIA_TYPES[fmt],
-                headers={**headers, "x-omni-sample-rate": str(rate)},
-            )
+            headers["x-omni-sample-rate"] = str(rate)
+            if timings.wanted(request, state.config):  # the body is audio: a header
+                ran = timings.metrics(result, time.perf_counter() - t0)
+                headers["X-Omni-Metrics"] = json.dumps(ran)
+            return Response(encoded, media_type=media.AUDIO_MEDIA_TYPES[fmt], headers=headers)
 
         # stream_format wins; stream: true alone is vLLM-Omni's request for events.
         sse = (body.stream_format or "sse") == "sse"
@@ -200,6 +202,8 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                                 "total_tokens": len(body.input),
                             },
                         }
+                        if timings.wanted(request, state.config):
+                            event["metrics"] = timings.metrics(item.result())
                     yield f"data: {json.dumps(event)}\n\n".encode()
 
         def error_event(exc: BaseException) -> bytes:
