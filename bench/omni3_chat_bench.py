@@ -90,7 +90,7 @@ SIZES: dict[str, dict[str, Any]] = {
 def real_config(raw: dict[str, Any]) -> dict[str, Any]:
     """The tiny config with the Qwen3-Omni-30B-A3B sizes (token ids stay the tiny tokenizer's;
     the codec ids are the real ones)."""
-    from omni_qwen.omni.qwen3_tiny import moe_text
+    from omni_qwen.testing.qwen3_omni import moe_text
 
     wide = {"heads": 32, "kv_heads": 4, "head_dim": 128, "experts": 128, "active": 8}
     thinker, talker = raw["thinker_config"], raw["talker_config"]
@@ -116,8 +116,8 @@ def build(folder: Path, tiny: bool, device: str) -> tuple[Any, Any]:
     import torch
     from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration
 
-    from omni_qwen.omni import qwen3_tiny as tiny_mod
     from omni_qwen.omni.qwen3_prompt import load_processor
+    from omni_qwen.testing import qwen3_omni as tiny_mod
 
     if tiny:
         tiny_mod.build_tiny_qwen3_omni(folder)

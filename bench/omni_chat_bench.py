@@ -137,16 +137,16 @@ def build(
     import torch
     from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
 
-    from omni_qwen.omni import qwen25_tiny as tiny_mod
     from omni_qwen.omni.qwen25_loading import load_processor
+    from omni_qwen.testing import qwen25_omni as tiny_mod
 
     if tiny:
         tiny_mod.build_tiny_qwen25_omni(folder)
         model = Qwen2_5OmniForConditionalGeneration.from_pretrained(folder).to(device).eval()
     else:
         folder.mkdir(parents=True, exist_ok=True)
-        ids = tiny_mod._write_tokenizer(folder)
-        tiny_mod._write_processor(folder)
+        ids = tiny_mod.write_tokenizer(folder)
+        tiny_mod.write_processor(folder)
         raw = real_config(tiny_mod.tiny_config(ids, max(ids.values()) + 1))
         if layers:
             _few_layers(raw, layers)

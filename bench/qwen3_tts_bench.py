@@ -65,7 +65,7 @@ def _paths() -> None:
 def _real_configs(size: str, tokens: dict[str, int]) -> tuple[dict[str, Any], dict[str, Any]]:
     from transformers import MimiConfig
 
-    from omni_qwen.tts.tiny import tiny_configs
+    from omni_qwen.testing.qwen3_tts import tiny_configs
 
     config, speech = tiny_configs("custom_voice", TALKER[size]["label"], tokens)
     talker = config["talker_config"]
@@ -126,15 +126,15 @@ def build_checkpoint(folder: Path, size: str, device: str) -> Path:
     import torch
     from safetensors.torch import save_file
 
+    from omni_qwen.testing.qwen3_tts import GENERATION, build_tiny_qwen3_tts, write_tokenizer
     from omni_qwen.tts.config import Qwen3TTSConfig, SpeechTokenizerConfig
     from omni_qwen.tts.speech_tokenizer import SpeechTokenizer, to_official_keys
     from omni_qwen.tts.talker import Talker
-    from omni_qwen.tts.tiny import GENERATION, build_tiny_qwen3_tts, write_tiny_tokenizer
 
     if size == "tiny":
         return build_tiny_qwen3_tts(folder, "custom_voice")
     (folder / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
-    raw, raw_speech = _real_configs(size, write_tiny_tokenizer(folder))
+    raw, raw_speech = _real_configs(size, write_tokenizer(folder))
     generator = torch.Generator(device).manual_seed(0)
     with torch.device("meta"):  # shapes only: weights are drawn one tensor at a time
         talker = Talker(Qwen3TTSConfig.from_dict(raw).talker)

@@ -96,7 +96,7 @@ FAMILIES = [
     ),
     Family(
         name="qwen2.5-omni (chat)",
-        builder="omni_qwen.omni.qwen25_tiny:build_tiny_qwen25_omni",
+        builder="omni_qwen.testing:build_tiny_qwen25_omni",
         builder_kwargs={},
         command=["chat", "{model}", "Hello, who are you?", "-o", "{out}"],
         output="chat.wav",

@@ -96,7 +96,7 @@ def capabilities_reference() -> str:
 
 def config_env_reference() -> str:
     _ensure_core_importable()
-    from omni_core.contract.config import env_names
+    from omni_core.commands.config_files import env_names
 
     rows = ["| variable | setting |", "|---|---|"]
     for name, (section, key) in sorted(env_names().items()):

@@ -225,9 +225,7 @@ def chat_server(
     with with_chat_plugin():  # the models load through it
         _build(ckpts, "qwen", root, "omni_qwen.testing", "build_tiny_qwen_image", variant="t2i")
         for family in OMNI_MODELS:  # the real omni families, where omni-qwen serves them
-            _build(
-                ckpts, family, root, f"omni_qwen.omni.{family}_tiny", f"build_tiny_{family}_omni"
-            )
+            _build(ckpts, family, root, "omni_qwen.testing", f"build_tiny_{family}_omni")
         config = server_config(ckpts, state_dir, allowed_url_hosts=["127.0.0.1"])
         live = start_server(config, ckpts, state_dir)
     yield live

@@ -37,7 +37,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from omni_qwen.tts import build_tiny_qwen3_tts
+    from omni_qwen.testing import build_tiny_qwen3_tts
 
     root = tmp_path_factory.mktemp("qwen3-tts-serve")
     return {

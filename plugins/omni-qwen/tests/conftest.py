@@ -24,14 +24,11 @@ def qwen_pipelines(qwen_checkpoints: dict[str, Path]) -> dict[str, Any]:
     """Our pipelines, float32 on CPU, keyed by variant."""
     import torch
 
-    from omni_core.contract.pipeline import PipelineOptions
-    from omni_core.contract.platforms import current_platform
+    from omni_core.testing import pipeline_options
     from omni_qwen import pipelines
 
     torch.set_num_threads(2)
-    options = PipelineOptions(
-        device=torch.device("cpu"), dtype=torch.float32, platform=current_platform()
-    )
+    options = pipeline_options(dtype=torch.float32)
     classes = {
         "t2i": pipelines.QwenImagePipeline,
         "edit": pipelines.QwenImageEditPipeline,
@@ -82,7 +79,7 @@ def qwen_images() -> list[Any]:
 @pytest.fixture(scope="session")
 def qwen3_tts_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny random Qwen3-TTS checkpoints (official layout): the three kinds + a 0.6B-style one."""
-    from omni_qwen.tts import build_tiny_qwen3_tts
+    from omni_qwen.testing import build_tiny_qwen3_tts
 
     root = tmp_path_factory.mktemp("qwen3-tts-model")
     specs = {

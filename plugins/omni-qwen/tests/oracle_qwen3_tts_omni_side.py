@@ -56,7 +56,8 @@ def reference_audio(sr: int = 24000, seconds: float = 1.3) -> np.ndarray:
 
 
 def main(out: Path) -> None:
-    from omni_qwen.tts import Qwen3TTSModel, build_tiny_qwen3_tts, reference_generate
+    from omni_qwen.testing import build_tiny_qwen3_tts
+    from omni_qwen.tts import Qwen3TTSModel, reference_generate
 
     torch.set_num_threads(1)
     results: dict[str, np.ndarray] = {}

@@ -19,7 +19,7 @@ LOAD = {"talker_max_frames": 30, "talker_sample": "off", "audio_chunk_frames": 6
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from omni_qwen.omni.qwen25_tiny import build_tiny_qwen25_omni
+    from omni_qwen.testing import build_tiny_qwen25_omni
 
     return build_tiny_qwen25_omni(tmp_path_factory.mktemp("qwen25-graphs") / "tiny")
 

@@ -23,7 +23,7 @@ AUDIO_RTOL = 1e-3
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from omni_qwen.omni.qwen25_tiny import build_tiny_qwen25_omni
+    from omni_qwen.testing import build_tiny_qwen25_omni
 
     return build_tiny_qwen25_omni(tmp_path_factory.mktemp("qwen25-omni") / "tiny")
 
@@ -75,8 +75,7 @@ def _run(omni: Omni, messages: list[ChatMessage], **fields: Any) -> tuple[Any, l
 def _reference(omni: Omni, model: Any, messages: list[ChatMessage], audio: bool, tokens: int):
     """transformers' generate on the very processor output our pipeline builds."""
     from omni_qwen.omni.messages import to_processor_inputs
-    from omni_qwen.omni.qwen25_prompt import processor_batch
-    from omni_qwen.omni.qwen25_tiny import SYSTEM_PROMPT
+    from omni_qwen.omni.qwen25_prompt import SYSTEM_PROMPT, processor_batch
 
     pipeline = omni.pipeline
     inputs = to_processor_inputs(messages, system_prompt=SYSTEM_PROMPT, sampling_rate=16000)

@@ -92,7 +92,8 @@ def test_tiny_checkpoint_layout_and_processor(tmp_path: Path) -> None:
     import torch
 
     from omni_qwen.omni.qwen25_loading import load_processor
-    from omni_qwen.omni.qwen25_tiny import SPEAKERS, build_tiny_qwen25_omni
+    from omni_qwen.testing import build_tiny_qwen25_omni
+    from omni_qwen.testing.qwen25_omni import SPEAKERS
 
     folder = build_tiny_qwen25_omni(tmp_path / "tiny")
     config = json.loads((folder / "config.json").read_text())

@@ -28,17 +28,14 @@ AUDIO_ATOL = 1e-4
 
 
 def _options(**extra: Any) -> Any:
-    from omni_core.contract.pipeline import PipelineOptions
-    from omni_core.contract.platforms import current_platform
+    from omni_core.testing import pipeline_options
 
-    return PipelineOptions(
-        device=torch.device("cpu"), dtype=torch.float32, platform=current_platform(), extra=extra
-    )
+    return pipeline_options(dtype=torch.float32, **extra)
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from omni_qwen.omni.qwen3_tiny import build_tiny_qwen3_omni
+    from omni_qwen.testing import build_tiny_qwen3_omni
 
     torch.set_num_threads(2)
     return build_tiny_qwen3_omni(tmp_path_factory.mktemp("qwen3-omni") / "tiny")
@@ -262,7 +259,7 @@ def test_text_only_loading(checkpoint: Path, pipe: Any) -> None:
 
 
 def test_voices_are_the_speakers(pipe: Any) -> None:
-    from omni_qwen.omni.qwen3_tiny import SPEAKERS
+    from omni_qwen.testing.qwen3_omni import SPEAKERS
 
     assert sorted(v.id for v in pipe.voices()) == sorted(SPEAKERS)
     request = _request(pipe, CONVERSATIONS["text"], audio=True, voice="Chelsie")

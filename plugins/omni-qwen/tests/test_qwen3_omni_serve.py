@@ -32,7 +32,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from omni_qwen.omni.qwen3_tiny import build_tiny_qwen3_omni
+    from omni_qwen.testing import build_tiny_qwen3_omni
 
     torch.set_num_threads(2)
     return build_tiny_qwen3_omni(tmp_path_factory.mktemp("qwen3-omni-serve") / "tiny")

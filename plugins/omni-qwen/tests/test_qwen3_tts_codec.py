@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from omni_qwen.tts.audio import log_mel, mel_filterbank, resample
+from omni_qwen.tts.audio import log_mel, mel_filterbank, to_rate
 
 # Decoding new frames with C frames of left context equals decoding everything once C covers the
 # decoder's receptive field (the tiny decoder's is under 20 frames); the float tolerance:
@@ -77,18 +77,22 @@ def test_encode_shapes_and_resampling(qwen3_tts) -> None:
     assert not torch.equal(codes[:, :5], codec.encode(wav[::-1].copy(), 24000)[:, :5])
 
 
-def test_resample_keeps_a_tone() -> None:
+def test_reference_audio_is_resampled_by_the_core_and_keeps_a_tone() -> None:
+    from omni_core.speech import resample
+
     t = torch.arange(16000, dtype=torch.float64) / 16000
     tone = torch.sin(2 * math.pi * 440 * t).float()
-    up = resample(tone, 16000, 24000)
-    assert up.shape == (24000,)
+    up = to_rate(tone, 16000, 24000)
+    assert up.shape == (24000,) and up.dtype == torch.float32
+    np.testing.assert_array_equal(up.numpy(), resample(tone.numpy(), 16000, 24000))
     expected = torch.sin(
         2 * math.pi * 440 * torch.arange(24000, dtype=torch.float64) / 24000
     ).float()
     torch.testing.assert_close(up[200:-200], expected[200:-200], rtol=0, atol=2e-2)
-    down = resample(up, 24000, 16000)
+    down = to_rate(up, 24000, 16000)
     torch.testing.assert_close(down[200:-200], tone[200:-200], rtol=0, atol=2e-2)
-    assert resample(tone, 16000, 16000) is tone
+    assert torch.equal(to_rate(tone, 16000, 16000), tone)  # the model's own rate: untouched
+    assert torch.equal(to_rate(tone.double().numpy(), 16000, 16000), tone)
 
 
 def test_mel_filterbank_is_slaney_normalised() -> None:

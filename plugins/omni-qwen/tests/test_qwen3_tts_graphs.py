@@ -23,7 +23,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory):
-    from omni_qwen.tts import build_tiny_qwen3_tts
+    from omni_qwen.testing import build_tiny_qwen3_tts
 
     return build_tiny_qwen3_tts(tmp_path_factory.mktemp("qwen3-tts-graphs") / "cv", "custom_voice")
 

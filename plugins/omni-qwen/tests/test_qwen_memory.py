@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from omni_core import Omni
-from omni_core.contract.errors import ConfigError, InvalidRequestError
+from omni_core import ConfigError, InvalidRequestError, Omni
+from omni_core.testing import run_cli, vae_tiling_kwargs
 
 KW = {"prompt": "a red cat on a mat", "height": 64, "width": 96, "num_inference_steps": 3}
 CFG = {"negative_prompt": " ", "guidance_scale": 4.0}
@@ -32,7 +32,7 @@ def _assert_same(ours: Any, ref: Any) -> None:
 def loras(qwen_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Any:
     import diffusers
 
-    from omni_core.testing.lora import build_tiny_lora
+    from omni_core.testing import build_tiny_lora
 
     root = tmp_path_factory.mktemp("qwen-lora")
     path = qwen_checkpoints["t2i"]
@@ -186,32 +186,30 @@ def test_block_offload_is_bit_identical_and_streams_blocks(qwen_checkpoints, lor
 
 
 def test_max_gpu_memory_picks_the_offload_mode(qwen_checkpoints) -> None:
-    from omni_core.contract.config import MemoryConfig
-    from omni_core.diffusion.acceleration.offload import component_bytes, plan_offload
+    """Weights may take 80% of max_gpu_memory: all of them fit -> none, the largest component
+    does -> model, else block (the sizes at the run dtype, float32 here, from the safetensors
+    headers of every component)."""
+    from omni_core.testing import weight_bytes
 
     path = qwen_checkpoints["t2i"]
-    parts = ["transformer", "text_encoder", "vae"]
-    sizes = component_bytes(path, parts, 2)
+    sizes = weight_bytes(path, ["text_encoder", "transformer", "vae"], 4)
     total, largest = sum(sizes.values()), max(sizes.values())
-    gib = 2**30
-
-    def mode(budget_bytes: float) -> str:
-        return plan_offload(MemoryConfig(max_gpu_memory=budget_bytes / gib), path, parts, 2)[0]
-
-    assert mode(total / 0.8 * 1.01) == "none"
     assert total > largest * 1.05  # several components of real weight: "model" is possible
-    assert mode(largest / 0.8 * 1.01) == "model"
-    assert mode(largest / 0.8 * 0.5) == "block"
-    omni = Omni(path, max_gpu_memory=largest / 0.8 * 0.5 / gib)
-    assert omni.options.memory.offload == "block" and omni.pipeline.offload.mode == "block"
+    gib = 2**30
+    for budget, expected in (
+        (total / 0.8 * 1.01, "none"),
+        (largest / 0.8 * 1.01, "model"),
+        (largest / 0.8 * 0.5, "block"),
+    ):
+        omni = Omni(path, max_gpu_memory=budget / gib, dtype="float32")
+        assert omni.options.memory.offload == expected
+        assert omni.pipeline.offload.mode == expected
 
 
 def test_vae_tiling_auto_tiles_when_the_decode_would_not_fit(qwen_checkpoints) -> None:
     """auto asks the platform for free memory: a platform that reports too little gets a tiled
     decode, equal to diffusers' tiled decode; one that cannot tell (the CPU) never tiles."""
     import diffusers
-
-    from omni_core.diffusion.acceleration.vae_tiling import tile_kwargs
 
     path = qwen_checkpoints["t2i"]
     omni = Omni(path, offload={"vae_tile": 64})
@@ -223,7 +221,7 @@ def test_vae_tiling_auto_tiles_when_the_decode_would_not_fit(qwen_checkpoints) -
     assert tiled.info["vae_tiled"] is True
     pipe = diffusers.QwenImagePipeline.from_pretrained(path)
     pipe.set_progress_bar_config(disable=True)
-    pipe.vae.enable_tiling(**tile_kwargs(64))
+    pipe.vae.enable_tiling(**vae_tiling_kwargs(64))
     ref = pipe(**KW, generator=torch.Generator("cpu").manual_seed(6)).images[0]
     _assert_same(tiled.images[0], ref)
     diff = np.abs(_pixels(tiled.images[0]) - _pixels(plain.images[0]))
@@ -238,16 +236,13 @@ def test_omni_generate_applies_its_loras_and_a_distills_defaults(
 ) -> None:
     """`omni generate --lora` loads and applies the adapters (as Omni does); with --fuse-lora
     the distill's recommended steps become the default."""
-    from click.testing import CliRunner
     from PIL import Image
-
-    from omni_core.cli import cli
 
     path = qwen_checkpoints["t2i"]
     out = tmp_path / "cli.png"
     args = ["generate", "image", str(path), KW["prompt"], "--size", "96x64", "--steps", "3"]
     args += ["--seed", "8", "--lora", f"a={loras['a']}:0.6", "-o", str(out), "-q"]
-    result = CliRunner().invoke(cli, args)
+    result = run_cli(*args)
     assert result.exit_code == 0, result.output
     omni = Omni(path, lora={"a": str(loras["a"])})
     ours = omni.generate(**KW, seed=8, lora=[{"name": "a", "scale": 0.6}]).images[0]
@@ -255,7 +250,7 @@ def test_omni_generate_applies_its_loras_and_a_distills_defaults(
 
     args = ["generate", "image", str(path), "x", "--size", "96x64", "--seed", "8", "-o", str(out)]
     args += ["--lora", f"d={loras['distill']}", "--fuse-lora", "d", "-q"]
-    result = CliRunner().invoke(cli, args)
+    result = run_cli(*args)
     assert result.exit_code == 0, result.output
     distilled = Omni(path, lora={"d": str(loras["distill"])}, fuse_lora="d")
     expected = distilled.generate("x", height=64, width=96, seed=8).images[0]  # 2 steps, cfg 1
@@ -267,7 +262,6 @@ def test_edit_encode_and_decode_tiled_match_diffusers_tiled(qwen_checkpoints, qw
     enable_tiling does for QwenImageEditPipeline."""
     import diffusers
 
-    from omni_core.diffusion.acceleration.vae_tiling import tile_kwargs
     from omni_qwen.compat import load_vl_processor
 
     path = qwen_checkpoints["edit"]
@@ -280,7 +274,7 @@ def test_edit_encode_and_decode_tiled_match_diffusers_tiled(qwen_checkpoints, qw
         path, processor=load_vl_processor(path / "processor")
     )
     pipe.set_progress_bar_config(disable=True)
-    pipe.vae.enable_tiling(**tile_kwargs(64))
+    pipe.vae.enable_tiling(**vae_tiling_kwargs(64))
     generator = torch.Generator("cpu").manual_seed(9)
     ref = pipe(**kw, image=image, generator=generator).images[0]
     _assert_same(ours, ref)

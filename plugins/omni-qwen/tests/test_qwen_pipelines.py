@@ -7,9 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from omni_core.contract.errors import InvalidRequestError
-from omni_core.contract.types import GenerationRequest
-from omni_core.runtime.staged import run_to_completion
+from omni_core import GenerationRequest, InvalidRequestError
+from omni_core.testing import run_to_completion
 
 SIZE = {"height": 64, "width": 96}
 STEPS = 3
@@ -310,10 +309,10 @@ def test_sizes_the_model_cannot_make_are_refused(qwen_pipelines, qwen_checkpoint
 
 
 def test_registered_and_served_through_omni(qwen_checkpoints) -> None:
-    from omni_core.api import Omni
-    from omni_core.contract.host import get_registry
+    from omni_core import Omni
+    from omni_core.testing import assert_plugin_discoverable
 
-    specs = get_registry().pipelines
+    specs = assert_plugin_discoverable("omni-qwen").pipelines
     assert specs["qwen-image"].architectures == ("QwenImagePipeline",)
     assert specs["qwen-image-edit-plus"].architectures == ("QwenImageEditPlusPipeline",)
     assert all(specs[n].capabilities.step_batching for n in ("qwen-image", "qwen-image-edit"))
@@ -339,16 +338,13 @@ def test_bf16_rounding_matches_diffusers(qwen_checkpoints) -> None:
     import diffusers
     import torch
 
-    from omni_core.contract.pipeline import PipelineOptions
-    from omni_core.contract.platforms import current_platform
+    from omni_core.testing import pipeline_options
     from omni_qwen.pipelines import QwenImagePipeline
 
     path = qwen_checkpoints["t2i"]
     reference = diffusers.QwenImagePipeline.from_pretrained(path, dtype=torch.bfloat16)
     reference.set_progress_bar_config(disable=True)
-    options = PipelineOptions(
-        device=torch.device("cpu"), dtype=torch.bfloat16, platform=current_platform()
-    )
+    options = pipeline_options(dtype=torch.bfloat16)
     ours = QwenImagePipeline.from_pretrained(path, options)
     kwargs = {"height": 64, "width": 96, "num_inference_steps": 3}
     expected = reference(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from omni_qwen import pipelines, testing
+from omni_qwen import pipelines
+from omni_qwen.testing import qwen_image as testing
 
 
 def test_system_prefix_is_exactly_34_tokens() -> None:

@@ -20,7 +20,7 @@ TEXTS = ["Hello there, how are you?", "A second and longer sentence to speak tod
 
 @pytest.fixture(scope="module")
 def tts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Omni]:
-    from omni_qwen.tts import build_tiny_qwen3_tts
+    from omni_qwen.testing import build_tiny_qwen3_tts
 
     root = tmp_path_factory.mktemp("qwen3-tts")
     loaded = {}
@@ -154,16 +154,12 @@ def test_omni_stream_deltas_make_the_whole_output(tts) -> None:
 
 
 def test_cli_generate_speech(tts, tmp_path: Path) -> None:
-    from click.testing import CliRunner
-
-    from omni_core.cli import cli
+    from omni_core.testing import run_cli, write_audio
 
     def run(key: str, *args: str):
         model = str(tts[key].path)
         greedy = ["--extra", "temperature=0", "--extra", "max_new_tokens=12", "-q"]
-        return CliRunner().invoke(
-            cli, ["generate", "speech", "Hello there.", "--model", model, *greedy, *args]
-        )
+        return run_cli("generate", "speech", "Hello there.", "--model", model, *greedy, *args)
 
     out = tmp_path / "styled.wav"
     result = run(
@@ -191,8 +187,6 @@ def test_cli_generate_speech(tts, tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "instructions" in refused.output
     assert not (tmp_path / "no.wav").exists()
     reference = tmp_path / "ref.wav"
-    from omni_core.media.audio import write_audio
-
     tone = (0.3 * np.sin(np.linspace(0, 900, 24000))).astype(np.float32)
     write_audio(reference, tone, 24000)
     cloned = run(

@@ -27,7 +27,7 @@ def tiny_wan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    from omni_core.testing.services import find_postgres, postgres_server
+    from omni_core.testing import find_postgres, postgres_server
 
     where = find_postgres()
     if isinstance(where, str):

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from omni_core.testing.services import free_port, omni_command, spawn, wait_until
+from omni_core.testing import free_port, omni_command, spawn, wait_until
 
 pytest.importorskip("ray.serve", reason="omni-ray's tests need ray[serve]: run `nox -s ray`")
 
@@ -60,7 +60,7 @@ def store(request: pytest.FixtureRequest) -> tuple[str, ...]:
 
     import pg8000.dbapi
 
-    from omni_core.testing.services import make_bucket, s3_server
+    from omni_core.testing import make_bucket, s3_server
 
     s3 = s3_server()
     endpoint = s3.__enter__()  # sets dummy credentials in os.environ: the replicas inherit them
@@ -79,7 +79,7 @@ def store(request: pytest.FixtureRequest) -> tuple[str, ...]:
 def test_ray_deploy_two_replicas_share_and_survive(tiny_wan, store, tmp_path: Path) -> None:
     import openai
 
-    from omni_core.serving.stores import open_job_store
+    from omni_core.testing import open_job_store
 
     state, log, port = tmp_path / "state", tmp_path / "deploy.log", free_port()
     url = f"http://127.0.0.1:{port}"

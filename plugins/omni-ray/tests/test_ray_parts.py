@@ -8,9 +8,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
+
+from omni_core.testing import run_cli
 
 pytest.importorskip("ray.serve", reason="omni-ray's tests need ray[serve]: run `nox -s ray`")
 
@@ -76,30 +77,26 @@ def test_ray_config_file_and_flags(tmp_path: Path) -> None:
     ],
 )
 def test_ray_bad_config_is_one_line(tmp_path: Path, text: str, needle: str) -> None:
-    from omni_core.cli import cli
-
     path = tmp_path / "deploy.toml"
     path.write_text(text)
-    result = CliRunner().invoke(cli, ["deploy", "ray", "--config", str(path)])
+    result = run_cli("deploy", "ray", "--config", str(path))
     assert result.exit_code == 2, result.output
     assert needle in result.output and "Traceback" not in result.output
 
 
 def test_ray_command_needs_models() -> None:
-    from omni_core.cli import cli
-
-    result = CliRunner().invoke(cli, ["deploy", "ray"])
+    result = run_cli("deploy", "ray")
     assert result.exit_code == 2 and "give MODEL arguments or a --config" in result.output
 
 
 def test_ray_metrics_of_every_replica_merge_into_one_exposition() -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from omni_core.serving.metrics import Metrics
+    from omni_core.testing import server_metrics
 
     texts = {}
     for replica, queued in (("r1", 3), ("r2", 5)):
-        metrics = Metrics()
+        metrics = server_metrics()
         metrics.queue.labels("wan").set(queued)
         metrics.jobs.labels("wan", "completed").inc()
         texts[replica] = ("wan", metrics.render().decode())

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from omni_core.testing.services import free_port, spawn, wait_until
+from omni_core.testing import free_port, open_job_store, spawn, wait_until
 
 pytest.importorskip("ray.serve", reason="omni-ray's tests need ray[serve]: run `nox -s ray`")
 
@@ -130,8 +130,6 @@ def test_ray_serve_run_builder_autoscales_routes_and_streams(
                     ),
                     log,
                 )
-            from omni_core.serving.stores import open_job_store
-
             store = open_job_store(None, tmp_path / "state")
             owners = {store.get(v).owner for v in ids}
             store.close()

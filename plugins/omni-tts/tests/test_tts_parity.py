@@ -14,9 +14,9 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def test_tts_plugin_registers_every_family(omni_tts) -> None:
-    from omni_core.contract.host import get_registry
+    from omni_core.testing import assert_plugin_discoverable
 
-    pipelines = get_registry().pipelines
+    pipelines = assert_plugin_discoverable("omni-tts").pipelines
     for name in ("vits", "speecht5", "fastspeech2-conformer", "csm", "piper"):
         assert pipelines[name].plugin == "omni-tts" and pipelines[name].modality == "speech"
         assert pipelines[name].capabilities.streaming

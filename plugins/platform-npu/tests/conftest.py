@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from omni_core.contract.host import PluginHost
+from omni_core.testing import PluginHost, isolated_host
 from omni_platform_npu import detect
 from omni_platform_npu.platform import NpuPlatform
 from omni_platform_npu.testing import install_stand_in, make_ascend_host
 
 
 @pytest.fixture
-def npu_host() -> PluginHost:
-    """Built-ins plus this plugin only: whatever else is installed never leaks in."""
-    host = PluginHost(autoload=False)
-    info = host.load_module("omni-platform-npu", "omni_platform_npu.plugin")
-    assert info.status == "ok", info.error
-    return host
+def npu_host() -> Iterator[PluginHost]:
+    """Built-ins plus this plugin only (whatever else is installed never leaks in), the
+    process-wide host for the test, with a fresh platform choice at its start and end."""
+    with isolated_host() as host:
+        info = host.load_module("omni-platform-npu", "omni_platform_npu.plugin")
+        assert info.status == "ok", info.error
+        yield host
 
 
 @pytest.fixture

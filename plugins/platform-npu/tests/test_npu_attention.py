@@ -6,13 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.contract.attention import (
-    AttentionRouter,
+from omni_core.testing import (
+    attention_router,
     backend_availability,
     dispatch_attention,
     use_router,
 )
-from omni_core.contract.config import AttentionConfig
 from omni_platform_npu import attention, testing
 from omni_platform_npu.platform import NpuPlatform
 
@@ -163,7 +162,7 @@ def test_npu_fusion_falls_back_to_sdpa_where_the_kernel_cannot_run(qkv, kernel_c
 
 def test_npu_router_picks_npu_fusion_and_dispatches(npu_host, qkv, kernel_calls) -> None:
     platform = NpuPlatform()
-    router = AttentionRouter.build(AttentionConfig(), npu_host.registry, platform)
+    router = attention_router(npu_host.registry, platform)
     assert router.names == {"self": "npu-fusion", "cross": "npu-fusion", "joint": "npu-fusion"}
     q, k, v = qkv
     with use_router(router):

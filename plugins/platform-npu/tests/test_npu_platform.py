@@ -6,20 +6,9 @@ import os
 
 import pytest
 
-from omni_core.contract.errors import ConfigError, PlatformError
-from omni_core.contract.host import set_host
-from omni_core.contract.platforms import current_platform, reset_platform, select_platform
+from omni_core import ConfigError, PlatformError
+from omni_core.testing import current_platform, select_platform
 from omni_platform_npu.platform import NpuPlatform
-
-
-@pytest.fixture
-def as_process_host(npu_host, clean_env):
-    """Make the isolated host the process-wide one, with a fresh platform choice."""
-    previous = set_host(npu_host)
-    reset_platform()
-    yield npu_host
-    reset_platform()
-    set_host(previous)
 
 
 def test_npu_spec_registered_with_compat_row(npu_host) -> None:
@@ -66,7 +55,7 @@ def test_npu_forced_but_unavailable_is_a_clear_error(
     assert "\n" not in message
 
 
-def test_npu_env_defaults_applied_only_when_selected(as_process_host, npu_runtime) -> None:
+def test_npu_env_defaults_applied_only_when_selected(npu_host, clean_env, npu_runtime) -> None:
     os.environ["TASK_QUEUE_ENABLE"] = "1"  # the user's value wins over the default
     platform = current_platform()
     assert platform.name == "npu"
@@ -75,7 +64,7 @@ def test_npu_env_defaults_applied_only_when_selected(as_process_host, npu_runtim
     assert os.environ["TASK_QUEUE_ENABLE"] == "1"
 
 
-def test_npu_env_defaults_untouched_when_not_selected(as_process_host, no_torch_npu) -> None:
+def test_npu_env_defaults_untouched_when_not_selected(npu_host, clean_env, no_torch_npu) -> None:
     assert current_platform().name == "cpu"
     for key in NpuPlatform.env_defaults:
         assert key not in os.environ

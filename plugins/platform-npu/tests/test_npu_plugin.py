@@ -7,17 +7,13 @@ import subprocess
 import sys
 from importlib import metadata
 
-import pytest
-from click.testing import CliRunner
-
-from omni_core.cli import cli
-from omni_core.contract.host import PluginHost, set_host
+from omni_core.testing import installed_host, run_cli
 
 
 def test_npu_entry_point_is_discovered() -> None:
     points = {ep.name: ep.value for ep in metadata.entry_points(group="omni")}
     assert points.get("omni-platform-npu") == "omni_platform_npu.plugin"
-    host = PluginHost(autoload=True, allow=["omni-platform-npu"])
+    host = installed_host("omni-platform-npu")
     info = host.plugins["omni-platform-npu"]
     host.infos()
     assert info.status == "ok", info.error
@@ -38,25 +34,14 @@ def test_npu_plugin_module_imports_no_torch() -> None:
 
 
 def test_npu_list_plugins_shows_the_platform(npu_host) -> None:
-    previous = set_host(npu_host)
-    try:
-        result = CliRunner().invoke(cli, ["list-plugins"])
-    finally:
-        set_host(previous)
+    result = run_cli("list-plugins")
     assert result.exit_code == 0, result.output
     row = next(line for line in result.output.splitlines() if line.startswith("omni-platform-npu"))
     assert "platforms: npu" in row and "attention_backends: npu-fusion" in row
 
 
-@pytest.fixture
-def as_process_host(npu_host):
-    previous = set_host(npu_host)
-    yield npu_host
-    set_host(previous)
-
-
-def test_npu_doctor_json_says_why_not(as_process_host, no_torch_npu, clean_env) -> None:
-    result = CliRunner().invoke(cli, ["doctor", "--json"])
+def test_npu_doctor_json_says_why_not(npu_host, no_torch_npu, clean_env) -> None:
+    result = run_cli("doctor", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["selected_platform"]["name"] == "cpu"
@@ -70,11 +55,9 @@ def test_npu_doctor_json_says_why_not(as_process_host, no_torch_npu, clean_env) 
     assert fusion["usable"] is False and "runs on npu" in fusion["reason"]
 
 
-def test_npu_doctor_forced_but_unavailable(
-    as_process_host, no_torch_npu, clean_env, monkeypatch
-) -> None:
+def test_npu_doctor_forced_but_unavailable(npu_host, no_torch_npu, clean_env, monkeypatch) -> None:
     monkeypatch.setenv("OMNI_PLATFORM", "npu")
-    result = CliRunner().invoke(cli, ["doctor"])
+    result = run_cli("doctor")
     assert result.exit_code != 0
     assert isinstance(result.exception, SystemExit)
     assert result.stdout == ""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-from omni_core.contract.host import PluginHost
+from omni_core.testing import PluginHost, isolated_host
 from omni_platform_rocm import detect
 from omni_platform_rocm.platform import RocmPlatform
 from omni_platform_rocm.testing import StandInHipRuntime, install_hip_build, make_kfd_topology
@@ -16,12 +17,13 @@ VISIBILITY = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVIC
 
 
 @pytest.fixture
-def rocm_host() -> PluginHost:
-    """Built-ins plus this plugin only: whatever else is installed never leaks in."""
-    host = PluginHost(autoload=False)
-    info = host.load_module("omni-platform-rocm", "omni_platform_rocm.plugin")
-    assert info.status == "ok", info.error
-    return host
+def rocm_host() -> Iterator[PluginHost]:
+    """Built-ins plus this plugin only (whatever else is installed never leaks in), the
+    process-wide host for the test, with a fresh platform choice at its start and end."""
+    with isolated_host() as host:
+        info = host.load_module("omni-platform-rocm", "omni_platform_rocm.plugin")
+        assert info.status == "ok", info.error
+        yield host
 
 
 @pytest.fixture

@@ -8,13 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.contract.attention import (
-    AttentionRouter,
+from omni_core.testing import (
+    attention_router,
     backend_availability,
     dispatch_attention,
     use_router,
 )
-from omni_core.contract.config import AttentionConfig
 from omni_platform_rocm import attention
 from omni_platform_rocm.platform import RocmPlatform
 from omni_platform_rocm.testing import install_kernel_modules, reference_flash_attn_func
@@ -103,7 +102,7 @@ def test_rocm_router_prefers_aiter_then_ck_then_sdpa(
     rocm_host, mi300, kernel_calls, monkeypatch, qkv
 ) -> None:
     platform = RocmPlatform()
-    router = AttentionRouter.build(AttentionConfig(), rocm_host.registry, platform)
+    router = attention_router(rocm_host.registry, platform)
     assert set(router.names.values()) == {"aiter"}
     q, k, v = qkv
     with use_router(router):
@@ -112,11 +111,11 @@ def test_rocm_router_prefers_aiter_then_ck_then_sdpa(
     assert [name for name, _ in kernel_calls] == ["aiter"]
 
     monkeypatch.setitem(sys.modules, "aiter", None)  # aiter not installed
-    router = AttentionRouter.build(AttentionConfig(), rocm_host.registry, platform)
+    router = attention_router(rocm_host.registry, platform)
     assert set(router.names.values()) == {"flash-attn-ck"}
 
     monkeypatch.setitem(sys.modules, "flash_attn", None)
-    router = AttentionRouter.build(AttentionConfig(), rocm_host.registry, platform)
+    router = attention_router(rocm_host.registry, platform)
     assert set(router.names.values()) == {"sdpa"}
 
 

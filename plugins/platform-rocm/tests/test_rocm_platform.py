@@ -7,25 +7,9 @@ import os
 import pytest
 import torch
 
-from omni_core.contract.errors import ConfigError, PlatformError
-from omni_core.contract.host import PluginHost, set_host
-from omni_core.contract.platforms import (
-    check_available,
-    current_platform,
-    reset_platform,
-    select_platform,
-)
+from omni_core import ConfigError, PlatformError
+from omni_core.testing import check_available, current_platform, isolated_host, select_platform
 from omni_platform_rocm.platform import RocmPlatform
-
-
-@pytest.fixture
-def as_process_host(rocm_host, clean_env):
-    """Make the isolated host the process-wide one, with a fresh platform choice."""
-    previous = set_host(rocm_host)
-    reset_platform()
-    yield rocm_host
-    reset_platform()
-    set_host(previous)
 
 
 def test_rocm_spec_registered_with_compat_row(rocm_host) -> None:
@@ -45,8 +29,8 @@ def test_rocm_beats_builtin_cuda_on_a_hip_build(rocm_host, mi300) -> None:
 
 
 def test_rocm_without_the_plugin_a_hip_build_falls_back_to_cpu(mi300) -> None:
-    builtins_only = PluginHost(autoload=False)
-    assert select_platform(builtins_only.registry).spec.name == "cpu"
+    with isolated_host() as builtins_only:
+        assert select_platform(builtins_only.registry).spec.name == "cpu"
 
 
 def test_rocm_absent_falls_back_to_cpu_and_says_why(rocm_host, no_hip, clean_env) -> None:
@@ -75,7 +59,7 @@ def test_rocm_forced_but_unavailable_is_a_clear_error(
     assert "\n" not in message
 
 
-def test_rocm_env_defaults_applied_only_when_selected(as_process_host, mi300) -> None:
+def test_rocm_env_defaults_applied_only_when_selected(rocm_host, clean_env, mi300) -> None:
     os.environ["MIOPEN_FIND_MODE"] = "NORMAL"  # the user's value wins over the default
     assert current_platform().name == "rocm"
     assert os.environ["HIP_FORCE_DEV_KERNARG"] == "1"
@@ -83,7 +67,7 @@ def test_rocm_env_defaults_applied_only_when_selected(as_process_host, mi300) ->
     assert os.environ["MIOPEN_FIND_MODE"] == "NORMAL"
 
 
-def test_rocm_env_defaults_untouched_when_not_selected(as_process_host, no_hip) -> None:
+def test_rocm_env_defaults_untouched_when_not_selected(rocm_host, clean_env, no_hip) -> None:
     assert current_platform().name == "cpu"
     for key in RocmPlatform.env_defaults:
         assert key not in os.environ

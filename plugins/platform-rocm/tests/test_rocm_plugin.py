@@ -7,24 +7,13 @@ import subprocess
 import sys
 from importlib import metadata
 
-import pytest
-from click.testing import CliRunner
-
-from omni_core.cli import cli
-from omni_core.contract.host import PluginHost, set_host
-
-
-@pytest.fixture
-def as_process_host(rocm_host):
-    previous = set_host(rocm_host)
-    yield rocm_host
-    set_host(previous)
+from omni_core.testing import installed_host, run_cli
 
 
 def test_rocm_entry_point_is_discovered() -> None:
     points = {ep.name: ep.value for ep in metadata.entry_points(group="omni")}
     assert points.get("omni-platform-rocm") == "omni_platform_rocm.plugin"
-    host = PluginHost(autoload=True, allow=["omni-platform-rocm"])
+    host = installed_host("omni-platform-rocm")
     host.infos()
     info = host.plugins["omni-platform-rocm"]
     assert info.status == "ok", info.error
@@ -46,15 +35,15 @@ def test_rocm_plugin_module_imports_no_torch() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_rocm_list_plugins_shows_the_platform(as_process_host) -> None:
-    result = CliRunner().invoke(cli, ["list-plugins"])
+def test_rocm_list_plugins_shows_the_platform(rocm_host) -> None:
+    result = run_cli("list-plugins")
     assert result.exit_code == 0, result.output
     row = next(line for line in result.output.splitlines() if line.startswith("omni-platform-rocm"))
     assert "platforms: rocm" in row and "attention_backends: aiter, flash-attn-ck" in row
 
 
-def test_rocm_doctor_json_says_why_not(as_process_host, no_hip, clean_env) -> None:
-    result = CliRunner().invoke(cli, ["doctor", "--json"])
+def test_rocm_doctor_json_says_why_not(rocm_host, no_hip, clean_env) -> None:
+    result = run_cli("doctor", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["selected_platform"]["name"] == "cpu"
@@ -70,11 +59,9 @@ def test_rocm_doctor_json_says_why_not(as_process_host, no_hip, clean_env) -> No
     assert fp8["usable"] is False and fp8["reason"] == "runs on cuda, not on cpu"
 
 
-def test_rocm_doctor_forced_but_unavailable(
-    as_process_host, no_hip, clean_env, monkeypatch
-) -> None:
+def test_rocm_doctor_forced_but_unavailable(rocm_host, no_hip, clean_env, monkeypatch) -> None:
     monkeypatch.setenv("OMNI_PLATFORM", "rocm")
-    result = CliRunner().invoke(cli, ["doctor"])
+    result = run_cli("doctor")
     assert result.exit_code != 0
     assert isinstance(result.exception, SystemExit)
     assert result.stdout == ""

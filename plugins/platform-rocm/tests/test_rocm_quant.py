@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from omni_core.contract.errors import ConfigError
-from omni_core.diffusion.acceleration.quantization import quantize_components
+from omni_core import ConfigError
+from omni_core.testing import quantize_components
 from omni_platform_rocm.quant import RocmFp8Quantizer, fp8_linear_class
 
 

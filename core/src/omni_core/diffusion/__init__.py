@@ -30,6 +30,8 @@ _face = Face(
         "omni_core.diffusion.acceleration.offload": ("apply_offload", "load_device"),
         "omni_core.diffusion.acceleration.vae_tiling": ("VaeMemory", "activation_bytes"),
         "omni_core.diffusion.distributed.parallelize": ("parallelize_denoiser",),
+        "omni_core.diffusion.distributed.cfg": ("cfg_parallel_forward",),
+        "omni_core.diffusion.distributed.groups": ("current_parallel_state",),
     },
 )
 __getattr__, __dir__, __all__ = _face.getattr, _face.dir, _face.names

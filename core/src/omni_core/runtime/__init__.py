@@ -8,7 +8,9 @@ slots of one runtime between steps (a :class:`SlotCache` behind transformers' ``
 sample with :class:`Sampling` / :func:`sample_tokens`, and replay fixed-shape decode steps as
 CUDA graphs (:class:`GraphRunner`, :class:`StaticSlotView`, :class:`StaticKVCache`,
 :func:`bucket_for`). :func:`sdpa`, :class:`Platform` and :func:`resolve_model_path` are what a
-platform or model plugin needs of the machine and the Hub.
+platform or model plugin needs of the machine and the Hub. A request cancelled between steps
+(by the engine, or ``should_cancel`` of ``Omni.generate``) ends with
+:class:`RequestCancelledError`.
 """
 
 from omni_core.contract.faces import Face
@@ -37,6 +39,7 @@ _face = Face(
         "omni_core.runtime.kernels.sdpa": ("sdpa",),
         "omni_core.runtime.loading": ("resolve_model_path",),
         "omni_core.contract.platforms": ("Platform", "CudaPlatform"),
+        "omni_core.contract.errors": ("RequestCancelledError",),
     },
 )
 __getattr__, __dir__, __all__ = _face.getattr, _face.dir, _face.names

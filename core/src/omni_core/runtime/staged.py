@@ -11,6 +11,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable
 
+from omni_core.contract.errors import RequestCancelledError
 from omni_core.contract.pipeline import (
     DenoiseState,
     Pipeline,
@@ -24,8 +25,9 @@ from omni_core.contract.types import GenerationRequest, GenerationResult
 ProgressFn = Callable[[str, int, int], None]
 
 
-class Cancelled(Exception):
-    """Raised inside the loop when a request was cancelled between steps."""
+class Cancelled(RequestCancelledError):
+    """Raised inside the loop when a request was cancelled between steps (the engine's
+    :class:`~omni_core.contract.errors.RequestCancelledError`, so callers catch one error)."""
 
 
 def group_by_key(pipeline: StagedPipeline, states: list[DenoiseState]) -> list[list[DenoiseState]]:

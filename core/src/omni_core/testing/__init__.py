@@ -1,4 +1,5 @@
-"""The plugin-author kit: isolated plugin hosts and checks that a plugin package is sound.
+"""The plugin-author kit: isolated plugin hosts, checks that a plugin package is sound, and what a
+plugin's tests need of omni beyond the public faces.
 
 Used through the pytest plugin (:mod:`omni_core.testing.pytest_plugin`, loaded automatically when
 omni-core is installed) or directly::
@@ -6,7 +7,18 @@ omni-core is installed) or directly::
     from omni_core.testing import assert_plugin_discoverable
     registry = assert_plugin_discoverable("omni-my-plugin")
 
-Nothing here imports torch.
+Here: hosts (:func:`isolated_host`, :func:`installed_host`, :func:`register_plugin`,
+:func:`write_distribution`) and package checks (:func:`assert_plugin_discoverable`,
+:func:`assert_package_imports_sound`, :func:`assert_imports_only_faces`). One module per job,
+each name listed once below and imported on first use: :mod:`.cli` (``omni`` in this process),
+:mod:`.pipelines` (a pipeline class driven directly), :mod:`.media` (omni's audio and video
+files), :mod:`.memory` (offload and VAE tiling against diffusers), :mod:`.platforms` (the
+platform the core selects), :mod:`.kernels` (the attention dispatcher, the quantizer entry),
+:mod:`.serving` (a server's job store and metrics), :mod:`.services` (throwaway servers and
+processes), :mod:`.lora` (tiny LoRA files), :mod:`.imports` (a package's import graph). Tests
+use this kit and the faces, never omni's internals.
+
+Nothing here imports torch until a helper that runs a model is called.
 """
 
 from __future__ import annotations
@@ -22,20 +34,72 @@ from pathlib import Path
 from types import ModuleType
 
 from omni_core.contract.errors import PluginError
+from omni_core.contract.faces import Face
 from omni_core.contract.host import ENTRY_POINT_GROUP, PluginHost, set_host
 from omni_core.contract.registry import Registry, Spec
-from omni_core.testing.faces import PUBLIC_FACES, assert_imports_only_faces, non_face_imports
 
-__all__ = [
-    "PUBLIC_FACES",
-    "assert_imports_only_faces",
-    "assert_plugin_discoverable",
-    "isolated_host",
-    "non_face_imports",
-    "register_plugin",
-    "validate_spec_references",
-    "write_distribution",
-]
+_face = Face(
+    __name__,
+    {
+        "omni_core.testing.faces": (
+            "PUBLIC_FACES",
+            "assert_imports_only_faces",
+            "non_face_imports",
+        ),
+        "omni_core.testing.cli": ("run_cli",),
+        "omni_core.testing.pipelines": ("pipeline_options", "run_to_completion"),
+        "omni_core.testing.media": ("read_audio", "write_audio", "read_video"),
+        "omni_core.testing.memory": ("weight_bytes", "vae_tiling_kwargs"),
+        "omni_core.testing.platforms": (
+            "Selection",
+            "select_platform",
+            "check_available",
+            "current_platform",
+        ),
+        "omni_core.testing.kernels": (
+            "attention_router",
+            "use_router",
+            "dispatch_attention",
+            "backend_availability",
+            "quantize_components",
+        ),
+        "omni_core.testing.serving": ("open_job_store", "server_metrics"),
+        "omni_core.testing.services": (
+            "free_port",
+            "omni_command",
+            "spawn",
+            "wait_until",
+            "find_postgres",
+            "postgres_server",
+            "s3_server",
+            "make_bucket",
+        ),
+        "omni_core.testing.lora": ("build_tiny_lora", "lora_header"),
+        "omni_core.testing.imports": (
+            "assert_package_imports_sound",
+            "import_graph",
+            "import_cycles",
+        ),
+    },
+)
+__getattr__ = _face.getattr
+
+__all__ = sorted(
+    [
+        "PluginHost",
+        "assert_plugin_discoverable",
+        "installed_host",
+        "isolated_host",
+        "register_plugin",
+        "validate_spec_references",
+        "write_distribution",
+        *_face.names,
+    ]
+)
+
+
+def __dir__() -> list[str]:
+    return list(__all__)
 
 
 @contextlib.contextmanager
@@ -55,6 +119,14 @@ def isolated_host(*, builtins: bool = True, strict: bool = False) -> Iterator[Pl
     finally:
         set_host(previous)
         platforms.reset_platform()
+
+
+def installed_host(*names: str, builtins: bool = True) -> PluginHost:
+    """A host that discovers the installed plugins named (entry-point or distribution names)
+    through their entry points, as ``omni`` does, and no others: what discovery records of a
+    plugin (``host.plugins[name]``: ``status``, ``distribution``, ``provides``) is then the
+    installed package's. Not made the process-wide host (:func:`isolated_host` is)."""
+    return PluginHost(autoload=True, allow=list(names), trace=False, builtins=builtins)
 
 
 def register_plugin(

@@ -1,3 +1,3 @@
 """Speech pipelines for omni: transformers TTS models and Piper voices."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

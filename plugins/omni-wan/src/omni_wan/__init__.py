@@ -1,3 +1,3 @@
 """Wan 2.1 / 2.2 text- and image-to-video pipelines for omni."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -1,3 +1,3 @@
 """Ascend NPU platform for omni (torch_npu, HCCL, fused attention)."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

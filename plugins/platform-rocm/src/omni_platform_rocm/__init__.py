@@ -1,3 +1,3 @@
 """AMD ROCm platform for omni (HIP, RCCL, aiter/CK attention)."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -65,11 +65,9 @@ def _audio(samples: Any, rate: int | None, target: int) -> np.ndarray:
     wav = np.asarray(samples, dtype=np.float32).reshape(-1)
     if rate is None or int(rate) == int(target):
         return wav
-    import torch
+    from omni_core.speech import resample
 
-    from omni_qwen.tts.audio import resample
-
-    return resample(torch.from_numpy(wav).double(), int(rate), int(target)).float().numpy()
+    return resample(wav, int(rate), int(target))
 
 
 def to_processor_inputs(

@@ -44,7 +44,7 @@ from omni_core.speech import ChunkSchedule, Voice
 
 from .load_options import flag
 from .messages import to_processor_inputs
-from .qwen25_tiny import SYSTEM_PROMPT
+from .qwen25_prompt import SYSTEM_PROMPT
 
 
 class Qwen25OmniPipeline(AutoregressiveChatPipeline):

@@ -16,6 +16,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from .messages import ProcessorInputs
 
+#: The official system prompt (the real checkpoints speak only under it).
+SYSTEM_PROMPT = (
+    "You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of "
+    "perceiving auditory and visual inputs, as well as generating text and speech."
+)
+
 
 def processor_batch(processor: Any, inputs: ProcessorInputs) -> Any:
     """The processor's output for one conversation (``return_tensors="pt"``)."""

@@ -58,8 +58,8 @@ Ground truth
     the official loop step for step -> ``ReferenceOutput(codes [16, T], wav [N], sample_rate)``.
     A runtime's batched output must give equal codes.
 
-Tiny checkpoints: ``build_tiny_qwen3_tts(path, kind)`` (:mod:`.tiny`) saves random weights in the
-official layout (real field and key names, tokenizer files, speech_tokenizer/), no network.
+Tiny checkpoints: ``omni_qwen.testing.build_tiny_qwen3_tts(path, kind)`` saves random weights in
+the official layout (real field and key names, tokenizer files, speech_tokenizer/), no network.
 """
 
 from __future__ import annotations
@@ -70,7 +70,6 @@ if TYPE_CHECKING:
     from .model import Qwen3TTSModel
     from .prompt import Qwen3TTSInputError, TalkerPrompt, VoicePrompt
     from .reference import ReferenceOutput, reference_generate
-    from .tiny import build_tiny_qwen3_tts
 
 __all__ = [
     "Qwen3TTSInputError",
@@ -78,7 +77,6 @@ __all__ = [
     "ReferenceOutput",
     "TalkerPrompt",
     "VoicePrompt",
-    "build_tiny_qwen3_tts",
     "reference_generate",
 ]
 
@@ -89,7 +87,6 @@ _LAZY = {
     "VoicePrompt": "prompt",
     "ReferenceOutput": "reference",
     "reference_generate": "reference",
-    "build_tiny_qwen3_tts": "tiny",
 }
 
 

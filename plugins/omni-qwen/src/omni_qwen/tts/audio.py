@@ -1,9 +1,10 @@
-"""Small audio helpers in torch: a Slaney mel filterbank, the speaker encoder's log-mel, resampling.
+"""Small audio helpers in torch: a Slaney mel filterbank, the speaker encoder's log-mel, and
+reference audio at the rate a model reads (:func:`to_rate`).
 
 The filterbank follows the usual Slaney definition (linear below 1 kHz, logarithmic above, each
 triangle area-normalised), the one librosa's ``filters.mel`` computes by default, so no librosa is
-needed. Resampling is a windowed-sinc polyphase filter (Kaiser window), good for reference audio;
-it is not bit-identical to any particular library's resampler.
+needed. Resampling is omni-core's (:func:`omni_core.speech.resample`, the one every speech
+pipeline's output goes through); it is not bit-identical to any particular library's resampler.
 """
 
 from __future__ import annotations
@@ -76,27 +77,12 @@ def log_mel(
     return torch.log(torch.clamp(basis @ magnitude, min=1e-5))
 
 
-def resample(wav: torch.Tensor, orig_sr: int, target_sr: int, taps: int = 32) -> torch.Tensor:
-    """[..., N] -> [..., ceil(N * target / orig)] by a Kaiser-windowed sinc polyphase filter."""
-    if orig_sr == target_sr:
+def to_rate(wav: torch.Tensor | np.ndarray, orig_sr: int, target_sr: int) -> torch.Tensor:
+    """A mono waveform (tensor or array, any shape) as a float32 tensor [N] at ``target_sr``,
+    resampled by omni-core's resampler (:func:`omni_core.speech.resample`) when the rates differ."""
+    wav = torch.as_tensor(wav, dtype=torch.float32).reshape(-1)
+    if int(orig_sr) == int(target_sr):
         return wav
-    g = math.gcd(int(orig_sr), int(target_sr))
-    up, down = int(target_sr) // g, int(orig_sr) // g
-    cutoff = min(1.0, up / down) * 0.97
-    width = taps * max(up, down) // min(up, down) if up < down else taps
-    # each output sample sits at a fractional input position; its taps are the sinc around it
-    length = wav.shape[-1]
-    out_len = math.ceil(length * up / down)
-    positions = torch.arange(out_len, dtype=torch.float64) * down / up  # in input samples
-    base = torch.floor(positions).long()
-    offsets = torch.arange(-width + 1, width + 1)
-    idx = base[:, None] + offsets[None, :]
-    t = (idx.double() - positions[:, None]) * cutoff
-    beta = 8.6
-    window = torch.special.i0(
-        beta * torch.sqrt(torch.clamp(1 - (t / (width * cutoff)) ** 2, min=0))
-    ) / torch.special.i0(torch.tensor(beta, dtype=torch.float64))
-    kernel = (cutoff * torch.sinc(t) * window).to(wav.dtype)
-    valid = (idx >= 0) & (idx < length)
-    gathered = wav[..., idx.clamp(0, length - 1)] * valid.to(wav.dtype)
-    return (gathered * kernel.to(wav.device)).sum(-1)
+    from omni_core.speech import resample
+
+    return torch.from_numpy(resample(wav.cpu().numpy(), int(orig_sr), int(target_sr)))

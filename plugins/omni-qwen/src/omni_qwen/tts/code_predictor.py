@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .blocks import DecoderStack
 from .config import TalkerConfig
-from .talker import DecoderStack
 
 Sampler = Callable[[torch.Tensor, int], torch.Tensor]
 

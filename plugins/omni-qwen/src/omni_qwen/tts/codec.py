@@ -17,8 +17,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .blocks import additive_mask
 from .config import CodecDecoderConfig, codec_stack_config
-from .talker import additive_mask
 
 
 class CausalConv(nn.Module):

@@ -119,7 +119,7 @@ class Qwen3TTSModel(nn.Module):
     # -- talker -----------------------------------------------------------------------------
     def talker_forward(self, inputs_embeds, position_ids, attention_mask=None, cache=None):
         """-> (final-norm hidden [B, S, H], codebook-0 logits [B, S, V]); see
-        :meth:`.talker.DecoderStack.forward` for the mask and cache."""
+        :meth:`.blocks.DecoderStack.forward` for the mask and cache."""
         return self.talker(inputs_embeds, position_ids, attention_mask, cache)
 
     def codec0_logits(

@@ -135,10 +135,9 @@ class SpeakerEncoder(nn.Module):
     @torch.inference_mode()
     def embed(self, wav: torch.Tensor, sr: int) -> torch.Tensor:
         """Mono waveform [N] (any rate; resampled to the encoder's) -> x-vector [enc_dim]."""
-        from .audio import log_mel, resample
+        from .audio import log_mel, to_rate
 
         param = next(self.parameters())
-        wav = torch.as_tensor(wav, dtype=torch.float32).reshape(-1)
-        wav = resample(wav, int(sr), self.cfg.sample_rate)
+        wav = to_rate(wav, sr, self.cfg.sample_rate)
         mels = log_mel(wav[None].to(param.device), sr=self.cfg.sample_rate, n_mels=self.cfg.mel_dim)
         return self(mels.transpose(1, 2).to(param.dtype))[0]

@@ -75,11 +75,10 @@ class SpeechTokenizer(nn.Module):
         [Q, ceil(N' / 1920)]."""
         if self.encoder is None:
             raise ValueError("this speech tokenizer has no encoder (speech_tokenizer/config.json)")
-        from .audio import resample
+        from .audio import to_rate
 
         param = next(self.encoder.parameters())
-        wav = torch.as_tensor(wav, dtype=torch.float32).reshape(-1)
-        wav = resample(wav, int(sr), self.cfg.input_sample_rate)
+        wav = to_rate(wav, sr, self.cfg.input_sample_rate)
         codes = self.encoder(
             wav[None, None].to(device=param.device, dtype=param.dtype)
         )  # [n_q, B, frames]

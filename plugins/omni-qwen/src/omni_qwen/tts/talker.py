@@ -12,94 +12,12 @@ speech; with equal rows it is exactly the standard 1D RoPE, which is what runs h
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
-from .blocks import layer_cache_kwarg
-from .config import TalkerConfig, qwen3_stack_config
-
-
-def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """A bool (True = attend) or additive 4D mask as an additive float mask of ``dtype``.
-
-    Masked entries get the dtype's most negative finite value, not -inf, so a fully masked
-    (padding) query row gives finite garbage instead of NaN.
-    """
-    if mask is None or mask.dtype != torch.bool:
-        return mask if mask is None else mask.to(dtype)
-    # a fill with a Python scalar: no host-to-device copy (so no sync) inside a decode loop
-    out = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-    return out.masked_fill_(~mask, torch.finfo(dtype).min)
-
-
-def causal_mask(
-    query_len: int, key_len: int, device: torch.device, dtype: torch.dtype
-) -> torch.Tensor:
-    """[1, 1, S, K] additive mask: query i (at key position K - S + i) sees keys <= its own."""
-    q = torch.arange(key_len - query_len, key_len, device=device)[:, None]
-    k = torch.arange(key_len, device=device)[None, :]
-    return additive_mask((k <= q)[None, None], dtype)
-
-
-class DecoderStack(nn.Module):
-    """``layers`` of ``Qwen3DecoderLayer`` + final ``norm`` + rotary embedding (no embeddings)."""
-
-    def __init__(self, dims: Any, attn_implementation: str = "sdpa") -> None:
-        super().__init__()
-        from transformers.models.qwen3.modeling_qwen3 import (
-            Qwen3DecoderLayer,
-            Qwen3RMSNorm,
-            Qwen3RotaryEmbedding,
-        )
-
-        self.config = qwen3_stack_config(dims, attn_implementation)
-        self.layers = nn.ModuleList(
-            Qwen3DecoderLayer(self.config, i) for i in range(self.config.num_hidden_layers)
-        )
-        self.norm = Qwen3RMSNorm(self.config.hidden_size, eps=self.config.rms_norm_eps)
-        self.rotary_emb = Qwen3RotaryEmbedding(self.config)
-
-    def reset_rotary(self) -> None:
-        """Recompute the (non-persistent, float32) RoPE inverse frequencies on the weights'
-        device."""
-        from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
-
-        device = self.norm.weight.device
-        with torch.device(device):
-            self.rotary_emb = Qwen3RotaryEmbedding(self.config)
-
-    def forward(
-        self,
-        inputs_embeds: torch.Tensor,
-        position_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        cache: Any = None,
-    ) -> torch.Tensor:
-        """[B, S, H] -> final-norm hidden states [B, S, H].
-
-        ``attention_mask``: None (causal over the cache's keys + these S) or a 4D [B, 1, S, K] mask,
-        bool (True = attend) or additive. ``cache``: a transformers ``Cache`` or None.
-        """
-        hidden = inputs_embeds
-        seq = hidden.shape[1]
-        mask = additive_mask(attention_mask, hidden.dtype)
-        if mask is None and seq > 1:
-            past = cache.get_seq_length() if cache is not None else 0
-            mask = causal_mask(seq, past + seq, hidden.device, hidden.dtype)
-        position_embeddings = self.rotary_emb(hidden, position_ids)
-        cache_kwarg = {layer_cache_kwarg(): cache}
-        for layer in self.layers:
-            hidden = layer(
-                hidden,
-                attention_mask=mask,
-                position_ids=position_ids,
-                use_cache=cache is not None,
-                position_embeddings=position_embeddings,
-                **cache_kwarg,
-            )
-        return self.norm(hidden)
+from .blocks import DecoderStack
+from .code_predictor import CodePredictor
+from .config import TalkerConfig
 
 
 class TalkerModel(DecoderStack):
@@ -131,8 +49,6 @@ class Talker(nn.Module):
 
     def __init__(self, cfg: TalkerConfig, attn_implementation: str = "sdpa") -> None:
         super().__init__()
-        from .code_predictor import CodePredictor
-
         self.cfg = cfg
         self.model = TalkerModel(cfg, attn_implementation)
         self.text_projection = TextProjection(

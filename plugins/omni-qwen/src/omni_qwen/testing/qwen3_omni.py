@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omni_qwen.tts.tiny import write_tiny_tokenizer
+from . import qwen3_tts
 
 #: Audio codes per codebook (the talker's vocabulary adds 1024 control ids above them).
 CODEBOOK = 32
@@ -77,7 +77,7 @@ def write_tokenizer(folder: Path) -> dict[str, int]:
     from tokenizers import AddedToken
     from transformers import AutoTokenizer
 
-    write_tiny_tokenizer(folder)
+    qwen3_tts.write_tokenizer(folder)  # the TTS tokenizer, plus the omni tokens below
     tokenizer = AutoTokenizer.from_pretrained(folder)
     new = [t for t in SPECIALS if t not in tokenizer.get_vocab()]
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in new])

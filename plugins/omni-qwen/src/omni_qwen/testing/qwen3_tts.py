@@ -1,6 +1,6 @@
 """Tiny random Qwen3-TTS checkpoints in the official layout, built in-process (no network).
 
-``build_tiny_qwen3_tts(path, kind)`` writes what ``Qwen/Qwen3-TTS-12Hz-*`` repos hold:
+:func:`build_tiny_qwen3_tts` (``path, kind``) writes what ``Qwen/Qwen3-TTS-12Hz-*`` repos hold:
 ``config.json`` (real field names), ``generation_config.json``, ``model.safetensors`` (real key
 names), ``vocab.json`` / ``merges.txt`` / ``tokenizer_config.json`` (a byte-level BPE Qwen2
 tokenizer with the chat and TTS special tokens, made here), and ``speech_tokenizer/``
@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from .bpe import write_tiny_tokenizer
+
 CODEBOOK = 64
 TALKER_VOCAB = CODEBOOK + 1024
 SPEAKERS = {"aiden": 1000, "serena": 1001, "uncle_fu": 1002}
@@ -34,79 +36,10 @@ SPECIALS = (
 )
 
 
-def _byte_symbols() -> list[str]:
-    """The byte-level BPE alphabet: printable bytes stand for themselves, the rest are shifted
-    past 255 (GPT-2's mapping, which Qwen2's tokenizer uses)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return [table[b] for b in range(256)]
-
-
-def write_tiny_tokenizer(
-    folder: Path,
-    words: tuple[str, ...] = WORDS,
-    specials: tuple[str, ...] = SPECIALS,
-    overrides: dict[str, Any] | None = None,
-) -> dict[str, int]:
-    """vocab.json, merges.txt, tokenizer_config.json; returns the special tokens' ids.
-
-    ``words`` get BPE merges, ``specials`` become added special tokens (the first is the pad
-    token); ``config`` replaces tokenizer_config.json's fields (other models' tiny tokenizers,
-    e.g. Qwen2.5-Omni's media tokens)."""
-    symbols = _byte_symbols()
-    vocab = {s: i for i, s in enumerate(symbols)}
-    merges: list[str] = []
-    for word in words:
-        pieces = [symbols[b] for b in word.encode()]
-        current = pieces[0]
-        for piece in pieces[1:]:
-            if f"{current} {piece}" not in merges:
-                merges.append(f"{current} {piece}")
-            current += piece
-            vocab.setdefault(current, len(vocab))
-    ids = {name: len(vocab) + i for i, name in enumerate(specials)}
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    (folder / "merges.txt").write_text(
-        "#version: 0.2\n" + "\n".join(merges) + "\n", encoding="utf-8"
-    )
-    added = {
-        str(i): {
-            "content": name,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
-        }
-        for name, i in ids.items()
-    }
-    fields = {
-        "tokenizer_class": "Qwen2Tokenizer",
-        "added_tokens_decoder": added,
-        "additional_special_tokens": list(specials[1:]),
-        "bos_token": None,
-        "eos_token": "<|im_end|>",
-        "pad_token": "<|endoftext|>",
-        "unk_token": None,
-        "errors": "replace",
-        "model_max_length": 32768,
-        "clean_up_tokenization_spaces": False,
-        "split_special_tokens": False,
-        "add_prefix_space": False,
-    }
-    for key, value in (overrides or {}).items():  # None: drop that field
-        if value is None:
-            fields.pop(key, None)
-        else:
-            fields[key] = value
-    (folder / "tokenizer_config.json").write_text(json.dumps(fields, indent=2), encoding="utf-8")
-    return ids
+def write_tokenizer(folder: Path) -> dict[str, int]:
+    """The tiny Qwen3-TTS tokenizer files (:data:`WORDS`, :data:`SPECIALS`); returns the special
+    tokens' ids."""
+    return write_tiny_tokenizer(folder, WORDS, SPECIALS)
 
 
 def tiny_configs(
@@ -321,16 +254,16 @@ def build_tiny_qwen3_tts(
     """Write a tiny random Qwen3-TTS checkpoint of ``kind`` (custom_voice, voice_design, base) to
     ``path`` in the official layout; ``size`` is the ``tts_model_size`` label ("0b6" disables
     CustomVoice instructions, as on the real 0.6B). Returns ``path``."""
-    from .config import KINDS, Qwen3TTSConfig, SpeechTokenizerConfig
-    from .speaker import SpeakerEncoder
-    from .speech_tokenizer import SpeechTokenizer, to_official_keys
-    from .talker import Talker
+    from omni_qwen.tts.config import KINDS, Qwen3TTSConfig, SpeechTokenizerConfig
+    from omni_qwen.tts.speaker import SpeakerEncoder
+    from omni_qwen.tts.speech_tokenizer import SpeechTokenizer, to_official_keys
+    from omni_qwen.tts.talker import Talker
 
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}")
     folder = Path(path)
     (folder / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
-    tokens = write_tiny_tokenizer(folder)
+    tokens = write_tokenizer(folder)
     raw, raw_speech = tiny_configs(kind, size, tokens)
     generator = torch.Generator().manual_seed(seed)
     config = Qwen3TTSConfig.from_dict(raw)

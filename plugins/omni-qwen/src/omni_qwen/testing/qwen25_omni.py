@@ -1,6 +1,6 @@
 """Tiny random Qwen2.5-Omni checkpoints in the official layout, built in-process (no network).
 
-``build_tiny_qwen25_omni(path)`` writes what ``Qwen/Qwen2.5-Omni-7B`` holds, at tiny sizes:
+:func:`build_tiny_qwen25_omni` (``path``) writes what ``Qwen/Qwen2.5-Omni-7B`` holds, at tiny sizes:
 ``config.json`` (``Qwen2_5OmniForConditionalGeneration``, thinker + talker + token2wav
 sub-configs with their real field names), ``generation_config.json``, ``model.safetensors`` (saved
 by transformers' own ``save_pretrained``, so the key names are the real ones), ``spk_dict.pt``
@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+from .bpe import write_tiny_tokenizer
 
 WORDS = ("assistant", "user", "system", "hello", "world", "the", "image", "sound")
 SPECIALS = (
@@ -44,11 +46,6 @@ SPECIALS = (
 SPEAKERS = ("Chelsie", "Ethan")
 CODEC_VOCAB = 128
 CODEC = {"pad": 120, "bos": 121, "eos": 122, "mask": 124}
-#: The official system prompt (the real checkpoints speak only under it).
-SYSTEM_PROMPT = (
-    "You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of "
-    "perceiving auditory and visual inputs, as well as generating text and speech."
-)
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -66,11 +63,9 @@ CHAT_TEMPLATE = (
 )
 
 
-def _write_tokenizer(folder: Path) -> dict[str, int]:
+def write_tokenizer(folder: Path) -> dict[str, int]:
     """vocab.json, merges.txt, tokenizer_config.json of a byte-level BPE Qwen2 tokenizer with the
     chat, media and TTS tokens (named as transformers' omni processors read them)."""
-    from omni_qwen.tts.tiny import write_tiny_tokenizer
-
     media = {
         "image_token": "<|IMAGE|>",
         "audio_token": "<|AUDIO|>",
@@ -214,7 +209,7 @@ def tiny_config(ids: dict[str, int], vocab: int) -> dict[str, Any]:
     }
 
 
-def _write_processor(folder: Path) -> None:
+def write_processor(folder: Path) -> None:
     """preprocessor_config.json (the Whisper feature extractor and the Qwen2-VL image processor
     in one file, as the official repo has it), video_preprocessor_config.json and
     chat_template.jinja. Written from the components' own dicts: constructing the processor
@@ -266,7 +261,7 @@ def build_tiny_qwen25_omni(path: str | Path, seed: int = 0) -> Path:
 
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
-    ids = _write_tokenizer(folder)
+    ids = write_tokenizer(folder)
     vocab = max(ids.values()) + 1
     raw = tiny_config(ids, vocab)
     torch.manual_seed(seed)
@@ -294,5 +289,5 @@ def build_tiny_qwen25_omni(path: str | Path, seed: int = 0) -> Path:
         for i, name in enumerate(SPEAKERS)
     }
     torch.save(speakers, folder / "spk_dict.pt")
-    _write_processor(folder)
+    write_processor(folder)
     return folder
