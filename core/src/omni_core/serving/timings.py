@@ -41,7 +41,7 @@ _STAGES = {
 }
 
 
-def wanted(request: Request, config: ServerConfig) -> bool:
+def requested(request: Request, config: ServerConfig) -> bool:
     """Whether this response carries its timings (the header, or ``--report-timings``)."""
     if config.report_timings:
         return True
@@ -66,4 +66,4 @@ def metrics(result: GenerationResult, encode_s: float | None = None) -> dict[str
     }
 
 
-__all__ = ["HEADER", "metrics", "wanted"]
+__all__ = ["HEADER", "metrics", "requested"]

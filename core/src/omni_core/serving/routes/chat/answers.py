@@ -144,7 +144,7 @@ async def answer(
     def remember(transcript: str) -> None:
         state.transcripts.remember(audio_id, expires, transcript)
 
-    reported = timings.wanted(request, state.config)
+    reported = timings.requested(request, state.config)
 
     if not body.stream:
         result = await await_job(served, state.submit(served, Job(gen)), request)

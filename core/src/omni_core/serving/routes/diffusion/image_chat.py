@@ -168,7 +168,7 @@ async def answer(
         ]
         return [parts[i * per_choice : (i + 1) * per_choice] for i in range(body.n)]
 
-    reported = timings.wanted(request, config)
+    reported = timings.requested(request, config)
 
     if not body.stream:
         result = await await_job(served, job, request)

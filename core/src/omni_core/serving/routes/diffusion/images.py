@@ -87,7 +87,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         ran = timings.metrics(result, time.perf_counter() - t0)
         if body.response_format == "file":
             headers = compat.headers(http_request)
-            if timings.wanted(http_request, config):
+            if timings.requested(http_request, config):
                 headers["X-Omni-Metrics"] = json.dumps(ran)
             return file_response(encoded, fmt, headers)
         data = []
@@ -106,7 +106,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             "output_format": fmt,
             "usage": {"steps": int(result.timings.get("steps", 0))},
         }
-        if timings.wanted(http_request, config):  # where vLLM-Omni's benchmark reads them
+        if timings.requested(http_request, config):  # where vLLM-Omni's benchmark reads them
             payload["stage_durations"] = ran["stage_durations"]
             payload["peak_memory_mb"] = ran["peak_memory_mb"]
             payload["usage"]["peak_memory_mb"] = ran["peak_memory_mb"]

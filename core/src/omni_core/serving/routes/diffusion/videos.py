@@ -252,7 +252,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 code="video_content_missing",
             )
         headers = {**compat.headers(request), "X-Omni-Video-Id": job_id}
-        if record.metrics and timings.wanted(request, config):
+        if record.metrics and timings.requested(request, config):
             headers["X-Omni-Metrics"] = json.dumps(record.metrics)
         return Response(data, media_type="video/mp4", headers=headers)
 
@@ -287,7 +287,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         assert state.store is not None
         records = state.store.list(order=order, limit=limit + 1, after=after)
         has_more = len(records) > limit
-        reported = timings.wanted(request, config)
+        reported = timings.requested(request, config)
         data = [r.as_api(keep_s, timings=reported) for r in records[:limit]]
         return {
             "object": "list",
@@ -299,7 +299,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
 
     @router.get("/videos/{video_id}", summary="Get a video job")
     async def get_video(video_id: str, request: Request) -> dict[str, Any]:
-        return record_or_404(video_id).as_api(keep_s, timings=timings.wanted(request, config))
+        return record_or_404(video_id).as_api(keep_s, timings=timings.requested(request, config))
 
     @router.get(
         "/videos/{video_id}/content",

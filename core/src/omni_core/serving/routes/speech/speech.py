@@ -123,7 +123,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             t0 = time.perf_counter()
             encoded = await asyncio.to_thread(media.encode_audio, audio, rate, fmt)
             headers["x-omni-sample-rate"] = str(rate)
-            if timings.wanted(request, state.config):  # the body is audio: a header
+            if timings.requested(request, state.config):  # the body is audio: a header
                 ran = timings.metrics(result, time.perf_counter() - t0)
                 headers["X-Omni-Metrics"] = json.dumps(ran)
             return Response(encoded, media_type=media.AUDIO_MEDIA_TYPES[fmt], headers=headers)
@@ -202,7 +202,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                                 "total_tokens": len(body.input),
                             },
                         }
-                        if timings.wanted(request, state.config):
+                        if timings.requested(request, state.config):
                             event["metrics"] = timings.metrics(item.result())
                     yield f"data: {json.dumps(event)}\n\n".encode()
 
