@@ -30,7 +30,7 @@ def models(checkpoints: Checkpoints, tmp_path_factory: pytest.TempPathFactory) -
         pytest.skip(f"tts: {checkpoints.missing.get('tts')}")
     ckpts = Checkpoints(paths={"tts": checkpoints.paths["tts"]})
     root = tmp_path_factory.mktemp("cut-ckpts")
-    _build(ckpts, "qwen25", root, "omni_qwen.omni.qwen25_tiny", "build_tiny_qwen25_omni")
+    _build(ckpts, "qwen25", root, "omni_qwen.testing", "build_tiny_qwen25_omni")
     return ckpts
 
 

@@ -34,8 +34,8 @@ def server(
 ) -> Iterator[LiveServer]:
     ckpts = Checkpoints(paths=dict(checkpoints.paths), missing=dict(checkpoints.missing))
     root = tmp_path_factory.mktemp("repro-ckpts")
-    _build(ckpts, "qwen25", root, "omni_qwen.omni.qwen25_tiny", "build_tiny_qwen25_omni")
-    _build(ckpts, "qwen3-tts", root, "omni_qwen.tts", "build_tiny_qwen3_tts")
+    _build(ckpts, "qwen25", root, "omni_qwen.testing", "build_tiny_qwen25_omni")
+    _build(ckpts, "qwen3-tts", root, "omni_qwen.testing", "build_tiny_qwen3_tts")
     models = [{"id": k, "path": str(v)} for k, v in ckpts.paths.items()]
     try:
         from omni_core.speech.lookup import resolve_speech_model

@@ -178,3 +178,37 @@ def test_serve_chat_answers_report_their_timings(chat_server, chat_http) -> None
                 events.append(json.loads(line[6:]))
     last = [e for e in events if "metrics" in e]
     assert len(last) == 1 and last[0]["choices"][0]["finish_reason"]
+
+
+def test_serve_a_device_that_reports_its_peak_gives_the_benchmark_its_memory_section(
+    reporting: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM-Omni's benchmark prints its Peak Memory section when ``peak_memory_mb`` > 0: on a
+    device whose allocator reports its peak (CUDA, ROCm, NPU) the engine resets the peak as a
+    request starts on an idle engine and reads it when it finishes. The CPU reports none (0.0);
+    a platform standing in for such a device shows the path here."""
+    from omni_core.contract.platforms import CpuPlatform
+
+    class Reporting(CpuPlatform):
+        resets = 0
+
+        def memory_stats(self, device: Any = None) -> dict[str, int]:
+            return {"allocated_bytes": 1 << 20, "peak_allocated_bytes": 3 << 20}
+
+        def reset_peak_memory(self, device: Any = None) -> None:
+            Reporting.resets += 1
+
+    served = reporting.state.models["qwen"]
+    monkeypatch.setattr(served.engine, "_platform", Reporting())
+    chat = {
+        "model": "qwen",
+        "messages": [{"role": "user", "content": "a lake"}],
+        "size": "32x32",
+        "num_inference_steps": 2,
+    }
+    with reporting.http() as client:
+        image = client.post("/v1/images/generations", json=IMAGE).json()
+        answered = client.post("/v1/chat/completions", json=chat).json()
+    assert image["usage"]["peak_memory_mb"] == image["peak_memory_mb"] == 3.0
+    assert answered["metrics"]["peak_memory_mb"] == 3.0
+    assert Reporting.resets >= 2  # once per request that found the engine idle

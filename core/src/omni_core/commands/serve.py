@@ -11,6 +11,7 @@ import click
 
 from omni_core.commands.answer_options import answer_options
 from omni_core.commands.connection_options import connection_options
+from omni_core.commands.limit_options import limit_options
 from omni_core.commands.memory_options import memory_options
 from omni_core.commands.options import (
     acceleration_kwargs,
@@ -20,16 +21,7 @@ from omni_core.commands.options import (
 )
 from omni_core.commands.storage_options import storage_options
 from omni_core.contract.errors import OmniError
-from omni_core.serving.config import (
-    DEFAULT_MAX_ASPECT_RATIO,
-    DEFAULT_MAX_COST,
-    DEFAULT_MAX_FRAMES,
-    DEFAULT_MAX_OUTPUTS,
-    DEFAULT_MAX_PIXELS,
-    DEFAULT_MAX_STEPS,
-    DEFAULT_MAX_UPLOAD_PIXELS,
-    DEFAULT_REQUEST_TIMEOUT_S,
-)
+from omni_core.serving.config import DEFAULT_REQUEST_TIMEOUT_S
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.serving import ServerConfig
@@ -204,55 +196,7 @@ def _preflight(config: ServerConfig) -> None:
     show_default=False,
     help="Comma-separated hosts the server may fetch image URLs from (default: none).",
 )
-@click.option(
-    "--max-steps",
-    type=click.IntRange(0),
-    default=DEFAULT_MAX_STEPS,
-    show_default=True,
-    help="Reject requests with more denoising steps (400). 0: no limit (likewise below).",
-)
-@click.option(
-    "--max-pixels",
-    type=click.IntRange(0),
-    default=DEFAULT_MAX_PIXELS,
-    show_default=True,
-    help="Reject images/videos larger than this many pixels per frame (400).",
-)
-@click.option(
-    "--max-frames",
-    type=click.IntRange(0),
-    default=DEFAULT_MAX_FRAMES,
-    show_default=True,
-    help="Reject videos with more frames (400).",
-)
-@click.option(
-    "--max-outputs",
-    type=click.IntRange(0),
-    default=DEFAULT_MAX_OUTPUTS,
-    show_default=True,
-    help="Reject requests for more images at once (n; 400).",
-)
-@click.option(
-    "--max-aspect-ratio",
-    type=click.FloatRange(0),
-    default=DEFAULT_MAX_ASPECT_RATIO,
-    show_default=True,
-    help="Reject sizes whose long side exceeds the short side this many times (400).",
-)
-@click.option(
-    "--max-cost",
-    type=click.IntRange(0),
-    default=DEFAULT_MAX_COST,
-    show_default=True,
-    help="Reject requests above this many pixel-steps: width x height x frames x steps x n.",
-)
-@click.option(
-    "--max-upload-pixels",
-    type=click.IntRange(1),
-    default=DEFAULT_MAX_UPLOAD_PIXELS,
-    show_default=True,
-    help="Decoded pixels of all uploaded images of a request, read from their headers (413).",
-)
+@limit_options
 @click.option(
     "--report-timings",
     "--enable-diffusion-pipeline-profiler",
@@ -307,13 +251,7 @@ def serve(
     compile_: bool | None,
     max_upload_mb: float,
     allowed_url_hosts: str,
-    max_steps: int,
-    max_pixels: int,
-    max_frames: int,
-    max_outputs: int,
-    max_aspect_ratio: float,
-    max_cost: int,
-    max_upload_pixels: int,
+    limits: dict[str, object],
     report_timings: bool,
     connections: dict[str, float],
     answers: dict[str, str],
@@ -387,13 +325,7 @@ def serve(
             allowed_url_hosts=hosts,
             warmup=not no_warmup,
             warmup_request=warmup_fields,
-            max_steps=max_steps or None,
-            max_pixels=max_pixels or None,
-            max_frames=max_frames or None,
-            max_outputs=max_outputs or None,
-            max_aspect_ratio=max_aspect_ratio or None,
-            max_cost=max_cost or None,
-            max_upload_pixels=max_upload_pixels,
+            **limits,
             report_timings=report_timings,
             **connections,
             **answers,

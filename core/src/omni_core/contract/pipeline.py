@@ -32,7 +32,7 @@ from omni_core.contract.config import (
     QuantizationConfig,
 )
 from omni_core.contract.errors import InvalidRequestError
-from omni_core.contract.types import GenerationRequest, GenerationResult, NoExtras
+from omni_core.contract.types import GenerationRequest, GenerationResult, NoExtras, pixel_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -152,13 +152,9 @@ class Pipeline(ABC):
 
     def work_units(self, request: GenerationRequest) -> float | None:
         """How much work ``request`` is, in units whose denoising time the server measures on
-        this model (default: its pixel-steps, :func:`pixel_steps`; None: no estimate).
-
-        The server refuses at admission a request whose estimated run time (this x the
-        model's measured seconds per unit, from its warm-up and finished requests) is above
-        ``--request-timeout``. Override it when your model's work grows otherwise (latent
-        frames of a temporally compressed VAE, tokens of a transformer over patches); it must
-        be cheap and in proportion to the denoising time of that request.
+        this model (default: its pixel-steps; None: no estimate). The server refuses at
+        admission a request whose work x the measured seconds per unit is above
+        ``--request-timeout``; override it when your work grows otherwise (Wan: latent frames).
         """
         return pixel_steps(request)
 
@@ -227,21 +223,6 @@ class Pipeline(ABC):
             where = ".".join(str(p) for p in first["loc"]) or "extras"
             raise InvalidRequestError(f"extras.{where}: {first['msg']}", param=where) from None
         return request.model_copy(update={"extras": extras.model_dump()})
-
-
-def pixel_steps(request: GenerationRequest) -> int | None:
-    """width x height x frames x steps x outputs of a diffusion request (None without a size
-    or steps: speech, or a pipeline that left them open): ``--max-cost``'s measure and the
-    default :meth:`Pipeline.work_units`."""
-    if not (request.width and request.height and request.num_inference_steps):
-        return None
-    return (
-        request.width
-        * request.height
-        * (request.num_frames or 1)
-        * request.num_inference_steps
-        * (request.num_outputs or 1)
-    )
 
 
 @dataclass

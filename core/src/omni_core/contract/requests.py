@@ -27,8 +27,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from omni_core.contract.errors import InvalidRequestError
-from omni_core.contract.pipeline import Adapters, Pipeline, StagedPipeline, pixel_steps
-from omni_core.contract.types import GenerationRequest
+from omni_core.contract.pipeline import Adapters, Pipeline, StagedPipeline
+from omni_core.contract.types import GenerationRequest, pixel_steps
 
 #: Every field of the schema: none of them may be passed as an extra.
 RESERVED_FIELDS: frozenset[str] = frozenset(GenerationRequest.model_fields)
@@ -92,7 +92,7 @@ class RequestLimits:
 
 def request_cost(request: GenerationRequest) -> int | None:
     """width x height x frames x steps x outputs of a diffusion request (None without a size
-    or steps): :func:`~omni_core.contract.pipeline.pixel_steps`, what ``--max-cost`` bounds."""
+    or steps): :func:`~omni_core.contract.types.pixel_steps`, what ``--max-cost`` bounds."""
     return pixel_steps(request)
 
 
