@@ -247,14 +247,52 @@ def run_reference(omni: Any, frames: int, sync: Any) -> dict[str, Any]:
 
 
 def mode_pipeline(omni: Any, mode: str) -> Any:
-    """A fresh pipeline (its own runtime and cache) on the loaded model, ``cuda_graphs=mode``."""
+    """A fresh pipeline (its own runtime and cache) on the loaded model: ``mode`` is a
+    ``cuda_graphs`` value, optionally followed by ``+option=value`` load options (e.g.
+    ``on+fused_layers=off+codec_graphs=off``: the decode path before fused layers and codec
+    graphs)."""
     from dataclasses import replace
 
     pipeline = omni.pipeline
-    options = replace(pipeline.options, extra={**pipeline.options.extra, "cuda_graphs": mode})
+    graphs, *rest = mode.split("+")
+    extra = {**pipeline.options.extra, "cuda_graphs": graphs}
+    extra.update(part.split("=", 1) for part in rest)
+    options = replace(pipeline.options, extra=extra)
     fresh = type(pipeline)(pipeline.model, options)
     fresh.spec = pipeline.spec
     return fresh
+
+
+def code_agreement(omni: Any, modes: list[str], frames: int) -> dict[str, Any]:
+    """Greedy codes of one request under each decode path against the first path's: how many
+    frames agree before the first difference (fused kernels round differently, and random
+    weights give nearly tied logits, so a difference shows early when there is one)."""
+    results: dict[str, Any] = {}
+    base = None
+    for mode in modes:
+        pipeline = mode_pipeline(omni, mode)
+        request = pipeline.validate(
+            omni.request(
+                TEXT, voice="aiden", temperature=0, min_new_tokens=frames,
+                max_new_tokens=frames + 1,
+            )
+        )  # fmt: skip
+        runtime = pipeline.shared_runtime()
+        stream = pipeline.open(request)
+        while not stream.done:
+            runtime.step()
+        codes = stream.all_codes().cpu()
+        if base is None:
+            base = codes
+        same = (codes == base[:, : codes.shape[1]]).all(0) if codes.shape == base.shape else None
+        first = int((~same).nonzero()[0, 0]) if same is not None and not same.all() else None
+        results[mode] = {
+            "frames": int(codes.shape[1]),
+            "frames_equal": int(same.sum()) if same is not None else None,
+            "first_difference_at_frame": first,
+        }
+        print(f"agreement {mode}: {results[mode]}", flush=True)
+    return {"against": modes[0], "greedy": True, "paths": results}
 
 
 def bench_mode(omni: Any, mode: str, args: argparse.Namespace, sync: Any) -> dict[str, Any]:
@@ -294,6 +332,7 @@ def bench_mode(omni: Any, mode: str, args: argparse.Namespace, sync: Any) -> dic
         f"graphs={mode}: decode path {report['path']} (warm-up incl. any capture {warmup_s:.1f} s)",
         flush=True,
     )
+    print(f"  fused layers: {report.get('fused_layers')}; codec: {report.get('codec')}")
     for name, part in (report.get("stages") or {}).items():
         print(
             f"  {name}: {part['path']}, {part['captured']} graphs, {part['replays']} replays, "
@@ -391,6 +430,7 @@ def bench_size(size: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
+    agreement = code_agreement(omni, args.agreement, args.frames) if args.agreement else None
     reference = run_reference(omni, args.frames, sync)
     print(
         f"{size} reference: first audio {reference['ttfa_s'] * 1e3:.1f} ms, "
@@ -414,6 +454,7 @@ def bench_size(size: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
         "levels_are_graphs": main_mode,
         "graphs": modes,
         "reference": reference,
+        "code_agreement": agreement,
     }
 
 
@@ -429,17 +470,27 @@ def main() -> int:
     parser.add_argument("--chunk-frames", type=int, default=8)
     parser.add_argument("--cpu", action="store_true")
     parser.add_argument(
-        "--graphs", default="off,on", help="cuda_graphs modes to measure (off, on, static)"
+        "--graphs",
+        default="off,on",
+        help="decode paths to measure: cuda_graphs modes (off, on, static), each optionally "
+        "with +option=value load options (on+fused_layers=off)",
     )
     parser.add_argument(
         "--profile",
         default="",
         help="concurrency levels of an extra per-stage pass (synchronised, untimed), e.g. 1,8",
     )
+    parser.add_argument(
+        "--agreement",
+        default="",
+        help="decode paths whose greedy codes are compared with the first one's, e.g. "
+        "on+fused_layers=off,on",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.graphs = [g.strip().lower() for g in args.graphs.split(",") if g.strip()]
+    args.agreement = [g.strip().lower() for g in args.agreement.split(",") if g.strip()]
     args.profile = [int(c) for c in args.profile.split(",") if c.strip()]
     sizes = ["tiny"] if args.tiny else [s.strip().lower() for s in args.sizes.split(",")]
     import torch

@@ -47,7 +47,9 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 class Server:
-    def __init__(self, checkpoints: dict[str, Path], state: Path, log: Path) -> None:
+    def __init__(
+        self, checkpoints: dict[str, Path], state: Path, log: Path, extra: tuple[str, ...] = ()
+    ) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [
@@ -64,6 +66,7 @@ class Server:
             "8",
             "--log-level",
             "warning",
+            *extra,
         ]
         self.log = log
         self.proc = subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT)

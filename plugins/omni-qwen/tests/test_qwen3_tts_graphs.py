@@ -67,6 +67,11 @@ def _assert_reference(omni: Omni, requests: list[dict], streams: list) -> None:
         assert torch.equal(stream.all_codes().cpu(), ref.codes)
 
 
+def _audio(stream) -> torch.Tensor:
+    """Every sample a stream handed out (its ready chunks, joined)."""
+    return torch.cat([torch.from_numpy(chunk.samples) for chunk in stream.poll()])
+
+
 def _requests(omni: Omni, budgets: list[int]) -> list[dict]:
     speakers = omni.pipeline.model.speakers
     return [
@@ -161,6 +166,8 @@ def test_cuda_graphs_option_is_checked_and_defaults_to_eager_off_cuda(checkpoint
         "cuda_graphs": "on",
         "path": "eager",
         "stages": None,
+        "codec": {"path": "eager"},
+        "fused_layers": {"mode": "off", "path": "layers", "reason": None, "compile_s": 0.0},
     }
 
 
@@ -188,16 +195,79 @@ def test_the_capture_path_emulated_on_cpu_gives_the_reference_codes(
 ) -> None:
     """Every batch bucket captured at the first step (on stale inputs, warm-up calls repeated),
     replays overwriting their outputs: codes still equal reference_generate."""
-    omni = Omni(checkpoint, device="cpu", cuda_graphs="static")
+    omni = Omni(checkpoint, device="cpu", cuda_graphs="static", codec_graphs="on")
     stages = omni.pipeline.shared_runtime().stages
-    for runner in (stages.decoder.runner, stages.frame_stages[0].runner):
+    for runner in (stages.decoder.runner, stages.frame_stages[0].runner, stages.codec.runner):
         emulate_capture(runner)
     requests = _requests(omni, [20, 8, 16])
     streams = _interleaved(omni, requests, join_every=2)
     _assert_reference(omni, requests, streams)
     report = omni.pipeline.decode_report()
     assert report["path"] == "cuda-graphs"
+    # the codec: the schedule's shapes for every batch bucket at the first chunk, replayed
+    assert report["codec"]["captured"] >= len(stages.codec.schedule_shapes())
+    assert report["codec"]["replays"] > 0
     talker, predictor = report["stages"]["talker"], report["stages"]["code_predictor"]
     # buckets 1..64 in both sampling modes at the first step
     assert talker["captured"] == 14 and predictor["captured"] == 14
     assert talker["replays"] > 0 and talker["eager_calls"] == 0
+
+
+def test_fused_layers_equal_the_transformers_layers(checkpoint) -> None:
+    """The fused halves (eager off CUDA) compute exactly what ``Qwen3DecoderLayer`` does: the
+    same codes and bit-identical audio as ``fused_layers=off``, alone and batched."""
+    with pytest.raises(ConfigError, match="fused_layers"):
+        Omni(checkpoint, device="cpu", fused_layers="maybe")
+    layers = Omni(checkpoint, device="cpu", fused_layers="off", cuda_graphs="static")
+    # "compiled" compiles only on CUDA: on the CPU it is the eager halves too
+    fused = Omni(checkpoint, device="cpu", fused_layers="compiled", cuda_graphs="static")
+    requests = _requests(layers, [12, 20])
+    want = _interleaved(layers, requests)
+    got = _interleaved(fused, requests)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.all_codes(), b.all_codes())
+        assert torch.equal(_audio(a), _audio(b))
+    assert layers.pipeline.decode_report()["fused_layers"]["path"] == "layers"
+    assert fused.pipeline.decode_report()["fused_layers"]["path"] == "fused (eager)"
+
+
+def test_codec_static_shapes_give_the_eager_audio(checkpoint, eager) -> None:
+    """The codec padded to static shapes (rows to a bucket, a short last chunk to the chunk
+    length) gives the eager stage's samples: every stage is causal."""
+    with pytest.raises(ConfigError, match="codec_graphs"):
+        Omni(checkpoint, device="cpu", codec_graphs="sometimes")
+    omni = Omni(checkpoint, device="cpu", cuda_graphs="static", codec_graphs="on")
+    requests = _requests(omni, [5, 13, 22])  # last chunks of 3, 3 and 4 frames
+    got = _interleaved(omni, requests, join_every=3)
+    want = _interleaved(eager, requests, join_every=3)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a.all_codes(), b.all_codes())
+        torch.testing.assert_close(_audio(a), _audio(b), rtol=1e-4, atol=1e-5)
+    codec = omni.pipeline.shared_runtime().stages.codec
+    assert codec.shape(3, 0, 2) == (4, 0, 2) and codec.shape(1, 25, 3) == (1, 25, 8)
+    assert codec.shape(1, 0, 1 << 20) is None  # a whole answer at once: eagerly
+
+
+def test_compiled_halves_that_fail_fall_back_to_the_eager_ones(checkpoint) -> None:
+    """A compiler failure in a compiled half is logged and reported, never a failed request:
+    the halves then run eagerly and give the same hidden states."""
+    from omni_qwen.tts.fused import FusedLayers
+
+    omni = Omni(checkpoint, device="cpu", fused_layers="off")
+    stack = omni.pipeline.model.talker.model
+    fused = FusedLayers(stack.layers, compile=False)
+    failing = FusedLayers(stack.layers, compile=False)
+    failing.compiled = True
+
+    def broken(*args):
+        raise RuntimeError("no compiler here")
+
+    failing._inputs = failing._outputs = broken
+    hidden = torch.randn(2, 3, stack.config.hidden_size)
+    positions = torch.arange(3).expand(2, 3)
+    embeddings = stack.rotary_emb(hidden, positions)
+    with torch.inference_mode():
+        want = fused(hidden, embeddings, None, None)
+        got = failing(hidden, embeddings, None, None)
+    assert torch.equal(got, want)
+    assert not failing.compiled and "no compiler here" in failing.reason

@@ -1,4 +1,5 @@
-"""``omni serve``: the OpenAI-compatible HTTP server (FastAPI on uvicorn)."""
+"""``omni serve``: the OpenAI-compatible HTTP server (FastAPI on uvicorn). Long because every
+server option is a click decorator here, next to the one function that builds the config."""
 
 from __future__ import annotations
 
@@ -223,6 +224,26 @@ def _preflight(config: ServerConfig) -> None:
     '\'{"width": 256, "height": 256, "num_frames": 5}\'.',
 )
 @click.option(
+    "--stream-idle-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a WebSocket text stream (/v1/audio/speech/stream) may stay silent.",
+)
+@click.option(
+    "--stream-max-duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1800.0,
+    show_default=True,
+    help="Seconds a WebSocket text stream session may last in all.",
+)
+@click.option(
+    "--timings-log",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Profiling: append server-side timestamps of each streamed request (JSON lines).",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -258,6 +279,9 @@ def serve(
     public_url: str | None,
     no_warmup: bool,
     warmup_request: str | None,
+    stream_idle_timeout: float,
+    stream_max_duration: float,
+    timings_log: Path | None,
     log_level: str,
     storage: object,
 ) -> None:
@@ -332,6 +356,9 @@ def serve(
             public_url=public_url,
             options=options,
             storage=storage,
+            timings_log=timings_log,
+            stream_idle_s=stream_idle_timeout,
+            stream_max_s=stream_max_duration,
             **({"state_dir": state_dir} if state_dir is not None else {}),
         )
     except ValueError as exc:  # pydantic's ValidationError

@@ -37,7 +37,7 @@ from omni_core.serving.openapi import document_errors
 from omni_core.serving.routes import system
 from omni_core.serving.routes.chat import completions
 from omni_core.serving.routes.diffusion import images, videos
-from omni_core.serving.routes.speech import speech, voices
+from omni_core.serving.routes.speech import speech, stream, voices
 from omni_core.serving.state import ServerState
 from omni_core.serving.streams import QuietCuts
 
@@ -115,6 +115,7 @@ def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = N
     for routes in (images, videos, speech, voices, completions, system):
         routes.add_routes(v1, state)
     app.include_router(v1)
+    stream.add_websocket(app, state)
     system.add_open_routes(app, state)
     document_errors(app)
     return app

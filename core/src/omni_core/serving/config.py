@@ -116,6 +116,13 @@ class ServerConfig(BaseModel):
     #: Where video jobs and outputs live and how long they are kept (``--job-store``,
     #: ``--output-store``, ``--retention-*``; sdk-docs/docs/operations.md).
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    #: The WebSocket text stream (``/v1/audio/speech/stream``): seconds without a message
+    #: before a session is closed, and seconds a session may last in all.
+    stream_idle_s: float = Field(30.0, gt=0)
+    stream_max_s: float = Field(DEFAULT_REQUEST_TIMEOUT_S, gt=0)
+    #: Append server-side timestamps of each streamed request here (``--timings-log``;
+    #: omni_core.serving.timings); None: off.
+    timings_log: Path | None = None
     #: Extra loading options passed to every pipeline (e.g. ``text_encoder_device``).
     options: dict[str, Any] = Field(default_factory=dict)
 

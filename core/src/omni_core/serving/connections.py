@@ -28,6 +28,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from omni_core.serving.config import ServerConfig
 
+#: ``_waiting_for`` of a connection handed to the WebSocket protocol: never re-armed.
+_UPGRADED = object()
+
 
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with the header and body deadlines of the module docstring."""
@@ -82,7 +85,7 @@ class GuardedH11Protocol(H11Protocol):
     def _follow(self) -> None:
         """Re-arm after input: the headers done -> the body deadline; the body done -> none."""
         state = self.conn.their_state
-        if state is self._waiting_for:
+        if state is self._waiting_for or self._waiting_for is _UPGRADED:
             return
         if state is h11.IDLE:
             self._arm(h11.IDLE, self.header_timeout_s)
@@ -103,6 +106,13 @@ class GuardedH11Protocol(H11Protocol):
         super().data_received(data)
         if not self.transport.is_closing():
             self._follow()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        """A WebSocket's connection is the WebSocket protocol's from here: no HTTP deadline
+        (the body one would close it mid-session; the stream has its own idle limit)."""
+        super().handle_websocket_upgrade(event)
+        self._disarm()
+        self._waiting_for = _UPGRADED
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

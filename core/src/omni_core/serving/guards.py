@@ -95,3 +95,11 @@ class BrowserGuardMiddleware:
             type="permission_error",
             code="cross_origin_request",
         )
+
+
+def websocket_refusal(scope: dict[str, Any], config: ServerConfig) -> APIError | None:
+    """The same two checks for a WebSocket handshake (browsers open WebSockets cross-origin
+    without a preflight, and cannot send an API key: so a foreign Origin is refused always)."""
+    guard = BrowserGuardMiddleware(None, config)
+    guard.check_origin = True
+    return guard.refusal({**scope, "method": "POST"})

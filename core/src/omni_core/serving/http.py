@@ -36,6 +36,7 @@ from omni_core.serving.schemas import parse_size
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.contract.types import GenerationRequest
     from omni_core.serving.state import ServerState
+    from omni_core.serving.timings import RequestMarks
 
 FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
 
@@ -315,22 +316,38 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 
 async def submit_streaming(
-    state: ServerState, served: ServedModel, request: GenerationRequest
+    state: ServerState,
+    served: ServedModel,
+    request: GenerationRequest,
+    marks: RequestMarks | None = None,
 ) -> tuple[Job, asyncio.Queue[Any], Any]:
     """Submit a job whose pieces (speech chunks, chat deltas) are put on a queue as they are
     made, then its finished future; returns the job, the queue and its first item (so an error
-    before any output is still an HTTP status). A client gone meanwhile cancels the job."""
+    before any output is still an HTTP status). A client gone meanwhile cancels the job.
+    ``marks`` (``--timings-log``) gets the submit, start, first-chunk and back-on-loop times."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
-    job = Job(request, on_chunk=lambda item: loop.call_soon_threadsafe(queue.put_nowait, item))
+
+    def on_chunk(item: Any) -> None:
+        if marks is not None:
+            marks.mark("chunk_made")
+        loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    job = Job(request, on_chunk=on_chunk)
     job.future.add_done_callback(lambda fut: loop.call_soon_threadsafe(queue.put_nowait, fut))
     state.submit(served, job)
+    if marks is not None:
+        marks.mark("submitted")
     try:
         first = await queue.get()
     except asyncio.CancelledError:
         if served.engine is not None:
             served.engine.cancel(job, "the client disconnected")
         raise
+    if marks is not None:
+        marks.mark("chunk_on_loop")
+        if job.started_at is not None:
+            marks.mark("started", job.started_at)
     return job, queue, first
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from omni_core.contract.errors import EngineStoppedError, QueueFullError, RequestCancelledError
 from omni_core.contract.types import GenerationRequest, GenerationResult
 from omni_core.runtime.jobs import Job
-from omni_core.serving import media, timings
+from omni_core.serving import media, stage_metrics
 from omni_core.serving.errors import APIError, from_exception
 from omni_core.serving.metrics import Metrics
 from omni_core.serving.models import ServedModel
@@ -280,7 +280,7 @@ class VideoJobs:
                 path = Path(tmp) / "video.mp4"
                 media.encode_mp4(frames, fps, path)
                 self.outputs.put_file(key, path)
-            ran = timings.metrics(result, time.perf_counter() - t0)  # the record keeps them
+            ran = stage_metrics.metrics(result, time.perf_counter() - t0)  # the record keeps them
         except Exception as exc:
             log.exception("video job %s: encoding or storing failed", job_id)
             self.fail(job_id, "encoding_failed", f"encoding the video failed: {exc}")

@@ -35,6 +35,7 @@ from omni_core.serving.stores import (
     open_output_store,
 )
 from omni_core.serving.stores.probe import probe
+from omni_core.serving.timings import TimingsLog
 from omni_core.speech.voices import VoiceStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,6 +100,8 @@ class ServerState:
         self._storage_checked = -STORAGE_PROBE_S
         self._storage_problem: str | None = None
         self._storage_lock = threading.Lock()
+        #: Server-side timestamps of streamed requests (``--timings-log``), or None.
+        self.timings = TimingsLog(config.timings_log) if config.timings_log else None
 
     @property
     def jobs(self) -> VideoJobs:

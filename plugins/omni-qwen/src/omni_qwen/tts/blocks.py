@@ -91,6 +91,20 @@ class DecoderStack(nn.Module):
         )
         self.norm = Qwen3RMSNorm(self.config.hidden_size, eps=self.config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(self.config)
+        #: The layers as fused halves (:meth:`use_fused`), or None: the layers themselves.
+        self.fused: Any = None
+
+    def use_fused(self, *, compile: bool) -> str | None:
+        """Run the layers as :class:`.fused.FusedLayers` from now on (``compile``: with
+        ``torch.compile``); -> why not (the layers then stay as they are), or None."""
+        from .fused import FusedLayers, fusable
+
+        for layer in self.layers:
+            reason = fusable(layer)
+            if reason is not None:
+                return reason
+        self.fused = FusedLayers(self.layers, compile=compile)
+        return None
 
     def reset_rotary(self) -> None:
         """Recompute the (non-persistent, float32) RoPE inverse frequencies on the weights'
@@ -120,6 +134,8 @@ class DecoderStack(nn.Module):
             past = cache.get_seq_length() if cache is not None else 0
             mask = causal_mask(seq, past + seq, hidden.device, hidden.dtype)
         position_embeddings = self.rotary_emb(hidden, position_ids)
+        if self.fused is not None:
+            return self.norm(self.fused(hidden, position_embeddings, mask, cache))
         cache_kwarg = {layer_cache_kwarg(): cache}
         for layer in self.layers:
             hidden = layer(

@@ -69,6 +69,20 @@ def _graphs_mode(value: Any) -> str:
     raise ConfigError(f"cuda_graphs={value!r}: expected on, off or static")
 
 
+def _switch(name: str, value: Any) -> bool:
+    text = str(value).strip().lower()
+    if text not in ("on", "true", "1", "off", "false", "0"):
+        raise ConfigError(f"{name}={value!r}: expected on or off")
+    return text in ("on", "true", "1")
+
+
+def _fused_mode(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text in ("off", "eager", "compiled"):
+        return text
+    raise ConfigError(f"fused_layers={value!r}: expected off, eager or compiled")
+
+
 def _input_error(exc: Exception) -> InvalidRequestError:
     text = str(exc)
     param = "input"
@@ -93,6 +107,11 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
         "max_len": "cache positions per request, prompt + frames (default 4096)",
         "cuda_graphs": "on (default): static decode steps replayed as CUDA graphs on CUDA; "
         "off: the eager stages; static: the static steps without capture",
+        "codec_graphs": "on: streamed codec chunks at static shapes (CUDA graphs when "
+        "cuda_graphs is on); off (default, until measured on a GPU): the codec as called",
+        "fused_layers": "off (default): transformers' Qwen3DecoderLayer calls; eager: each "
+        "layer as two pure halves (the same arithmetic); compiled: the halves through "
+        "torch.compile on CUDA (fewer kernels per step; not yet measured on a GPU)",
     }
 
     def __init__(self, model: Any, options: PipelineOptions) -> None:
@@ -106,6 +125,11 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
         )
         self.max_len = int(extra.get("max_len", 4096))
         self.cuda_graphs = _graphs_mode(extra.get("cuda_graphs", "on"))
+        self.fused_layers = _fused_mode(extra.get("fused_layers", "off"))
+        self.codec_graphs = _switch("codec_graphs", extra.get("codec_graphs", "off"))
+        self.fused_report: dict[str, Any] = {"mode": self.fused_layers}
+        self._decode: tuple[Any, Any] | None = None
+        self._codec: Any = None
 
     @classmethod
     def from_pretrained(cls, path: Path, options: PipelineOptions) -> Qwen3TTSPipeline:
@@ -210,15 +234,19 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
     # -- the runtime ---------------------------------------------------------------------------
 
     def stages(self) -> SpeechStages:
+        from .codec_graphs import codec_stage
+        from .fused import use_fused_layers
         from .graphs import decode_stages
-        from .stages import CodecStage
 
         model = self.model
+        self.fused_report = use_fused_layers(model, self.fused_layers)
         decoder, predictor = self._decode = decode_stages(model, self.cuda_graphs)
+        codec_mode = self.cuda_graphs if self.codec_graphs else "off"
+        codec = self._codec = codec_stage(model, codec_mode, self.schedule, self.max_concurrency)
         return SpeechStages(
             decoder=decoder,
             frame_stages=(predictor,),
-            codec=CodecStage(model),
+            codec=codec,
             schedule=self.schedule,
             max_len=self.max_len,
         )
@@ -226,9 +254,13 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
     def decode_report(self) -> dict[str, Any]:
         """Which decode path ran (``cuda-graphs``, ``static``, ``static (fallback)`` with the
         reason, or ``eager``) and its graph counters, per stage; benchmarks record it."""
+        from .codec_graphs import codec_report
         from .graphs import decode_report
 
-        return decode_report(self.cuda_graphs, getattr(self, "_decode", None))
+        report = decode_report(self.cuda_graphs, self._decode)
+        report["codec"] = codec_report(self._codec)
+        report["fused_layers"] = self.fused_report
+        return report
 
     def _setting(self, extras: dict[str, Any], name: str, default: Any) -> Any:
         value = extras.get(name)

@@ -48,7 +48,7 @@ from omni_core.chat.pipeline import ChatPipeline
 from omni_core.contract.messages import ChatDelta, ChatUsage
 from omni_core.contract.types import AudioChunk, GenerationResult
 from omni_core.runtime.jobs import Job
-from omni_core.serving import chat_inputs, compat, media, streams, timings
+from omni_core.serving import chat_inputs, compat, media, stage_metrics, streams
 from omni_core.serving.errors import from_exception
 from omni_core.serving.http import await_job, request_id, submit_streaming, validate
 from omni_core.serving.models import ServedModel
@@ -144,7 +144,7 @@ async def answer(
     def remember(transcript: str) -> None:
         state.transcripts.remember(audio_id, expires, transcript)
 
-    reported = timings.requested(request, state.config)
+    reported = stage_metrics.requested(request, state.config)
 
     if not body.stream:
         result = await await_job(served, state.submit(served, Job(gen)), request)
@@ -179,7 +179,7 @@ async def answer(
             "usage": _usage(result.info.get("usage") or ChatUsage()),
         }
         if reported:  # where vLLM-Omni's benchmark reads them
-            payload["metrics"] = timings.metrics(result, time.perf_counter() - t0)
+            payload["metrics"] = stage_metrics.metrics(result, time.perf_counter() - t0)
         return JSONResponse(payload, headers=headers)
 
     job, queue, first = await submit_streaming(state, served, gen)
@@ -202,7 +202,7 @@ async def answer(
         """The last choice chunk (with the finish reason, and the metrics when asked for),
         the usage chunk when asked, DONE."""
         if reported:
-            extra["metrics"] = timings.metrics(result)
+            extra["metrics"] = stage_metrics.metrics(result)
         out = [event(last, result.info.get("finish_reason", "stop"), **extra)]
         if include_usage:
             out.append(event(None, usage=_usage(result.info.get("usage") or ChatUsage())))

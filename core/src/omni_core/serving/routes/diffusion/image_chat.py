@@ -27,7 +27,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from omni_core.runtime.jobs import Job
-from omni_core.serving import compat, media, streams, timings
+from omni_core.serving import compat, media, stage_metrics, streams
 from omni_core.serving.errors import from_exception, invalid
 from omni_core.serving.http import await_job, diffusion_fields, request_id, validate
 from omni_core.serving.models import ServedModel, pick
@@ -168,7 +168,7 @@ async def answer(
         ]
         return [parts[i * per_choice : (i + 1) * per_choice] for i in range(body.n)]
 
-    reported = timings.requested(request, config)
+    reported = stage_metrics.requested(request, config)
 
     if not body.stream:
         result = await await_job(served, job, request)
@@ -188,7 +188,7 @@ async def answer(
             "usage": usage,
         }
         if reported:  # vLLM-Omni's benchmark reads metrics.stage_durations / .peak_memory_mb
-            payload["metrics"] = timings.metrics(result, time.perf_counter() - t0)
+            payload["metrics"] = stage_metrics.metrics(result, time.perf_counter() - t0)
         return JSONResponse(payload, headers=headers)
 
     include_usage = bool((body.stream_options or {}).get("include_usage"))
@@ -209,7 +209,11 @@ async def answer(
             result = await asyncio.wrap_future(job.future)  # raising: an error event
             t0 = time.perf_counter()
             contents = await choices(result)
-            ran = {"metrics": timings.metrics(result, time.perf_counter() - t0)} if reported else {}
+            ran = (
+                {"metrics": stage_metrics.metrics(result, time.perf_counter() - t0)}
+                if reported
+                else {}
+            )
             for i, content in enumerate(contents):
                 delta = {"content": content}
                 yield event([{"index": i, "delta": delta, "finish_reason": "stop"}], **ran)

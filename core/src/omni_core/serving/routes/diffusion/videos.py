@@ -16,7 +16,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 
 from omni_core.contract.requests import clip_seconds, make_request
 from omni_core.contract.types import GenerationRequest
-from omni_core.serving import compat, media, timings
+from omni_core.serving import compat, media, stage_metrics
 from omni_core.serving.errors import APIError, ClientGone, invalid
 from omni_core.serving.http import (
     FORM_TYPES,
@@ -252,7 +252,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 code="video_content_missing",
             )
         headers = {**compat.headers(request), "X-Omni-Video-Id": job_id}
-        if record.metrics and timings.requested(request, config):
+        if record.metrics and stage_metrics.requested(request, config):
             headers["X-Omni-Metrics"] = json.dumps(record.metrics)
         return Response(data, media_type="video/mp4", headers=headers)
 
@@ -287,7 +287,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         assert state.store is not None
         records = state.store.list(order=order, limit=limit + 1, after=after)
         has_more = len(records) > limit
-        reported = timings.requested(request, config)
+        reported = stage_metrics.requested(request, config)
         data = [r.as_api(keep_s, timings=reported) for r in records[:limit]]
         return {
             "object": "list",
@@ -299,7 +299,9 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
 
     @router.get("/videos/{video_id}", summary="Get a video job")
     async def get_video(video_id: str, request: Request) -> dict[str, Any]:
-        return record_or_404(video_id).as_api(keep_s, timings=timings.requested(request, config))
+        return record_or_404(video_id).as_api(
+            keep_s, timings=stage_metrics.requested(request, config)
+        )
 
     @router.get(
         "/videos/{video_id}/content",

@@ -16,14 +16,15 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from omni_core.contract.types import AudioChunk, GenerationResult
+from omni_core.contract.types import AudioChunk, GenerationRequest, GenerationResult
 from omni_core.runtime.jobs import Job
-from omni_core.serving import compat, media, streams, timings
+from omni_core.serving import compat, media, stage_metrics, streams
 from omni_core.serving.errors import APIError, from_exception
 from omni_core.serving.http import (
     await_job,
@@ -32,11 +33,12 @@ from omni_core.serving.http import (
     submit_streaming,
     validate,
 )
-from omni_core.serving.models import pick
+from omni_core.serving.models import ServedModel, pick
 from omni_core.serving.openapi import body_spec
 from omni_core.serving.routes.speech import voices
 from omni_core.serving.schemas import SpeechBody
 from omni_core.serving.state import ServerState
+from omni_core.serving.timings import RequestMarks
 from omni_core.speech.pipeline import SpeechPipeline
 
 log = logging.getLogger("omni.serving")
@@ -72,6 +74,54 @@ def _voice_of(data: dict[str, Any]) -> str | None:
     return voice if isinstance(voice, str) and voice else None
 
 
+@dataclass
+class SpeechCall:
+    """A speech body made ready: the model that speaks it, the body, the audio format and the
+    validated request (``streamed``: the body asked for a stream)."""
+
+    served: ServedModel
+    body: SpeechBody
+    format: str
+    request: GenerationRequest
+    streamed: bool
+
+
+async def speech_call(
+    state: ServerState, data: dict[str, Any], request: Request | None, rid: str
+) -> SpeechCall:
+    """``POST /v1/audio/speech``'s body -> the request to run (400 on any problem); also what
+    each sentence of the WebSocket text stream is (:mod:`.stream`, ``request`` None)."""
+    served = pick(state.models, compat.model_of(data), "speech")
+    pipeline = served.pipeline
+    assert isinstance(pipeline, SpeechPipeline)
+    data = compat.translate("speech", data, request, pipeline)
+    reference, uploaded = await voices.reference_for(state, served, data, _voice_of(data))
+    body = validate(SpeechBody, data)
+    # no format given: the server's (--speech-format, wav by default as in vLLM-Omni)
+    fmt = body.response_format or state.config.speech_format
+    extras = body.extras()
+    if body.language is not None:
+        spoken = _voice_language(pipeline, body.voice_id())
+        actual = body.language if _speaks(body.language, spoken) else spoken
+        compat.pipeline_field(pipeline, "language", body.language, actual, extras, request)
+    streamed = body.stream or body.stream_format is not None
+    fields: dict[str, Any] = {"prompt": body.input, "speed": body.speed, **body.sampling()}
+    fields["stream"] = streamed
+    voice = body.voice_id()
+    if reference is not None and not uploaded and voice is not None:
+        if voice not in {v.id for v in pipeline.voices()}:  # the openai SDK sends one always
+            compat.ignore(request, "voice")  # ref_audio is the voice: reported, not used
+            voice = None
+    if voice is not None and not uploaded:
+        fields["voice"] = voice
+    if reference is not None:
+        fields["reference"] = reference
+    if body.seed is not None:
+        fields["seed"] = body.seed
+    gen = state.build_request(served, fields, extras=extras, request_id=rid)
+    return SpeechCall(served, body, fmt, gen, streamed)
+
+
 def add_routes(router: APIRouter, state: ServerState) -> None:
     @router.post(
         "/audio/speech",
@@ -82,35 +132,20 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         ),
     )
     async def speech(request: Request) -> Response:
+        timings = state.timings
+        marks = RequestMarks(request_id(request)) if timings is not None else None
         data = await read_json(request, state.config)
-        served = pick(state.models, compat.model_of(data), "speech")
-        pipeline = served.pipeline
-        assert isinstance(pipeline, SpeechPipeline)
-        data = compat.translate("speech", data, request, pipeline)
-        reference, uploaded = await voices.reference_for(state, served, data, _voice_of(data))
-        body = validate(SpeechBody, data)
-        # no format given: the server's (--speech-format, wav by default as in vLLM-Omni)
-        fmt = body.response_format or state.config.speech_format
-        extras = body.extras()
-        if body.language is not None:
-            spoken = _voice_language(pipeline, body.voice_id())
-            actual = body.language if _speaks(body.language, spoken) else spoken
-            compat.pipeline_field(pipeline, "language", body.language, actual, extras, request)
-        streamed = body.stream or body.stream_format is not None
-        fields: dict[str, Any] = {"prompt": body.input, "speed": body.speed, **body.sampling()}
-        fields["stream"] = streamed
-        voice = body.voice_id()
-        if reference is not None and not uploaded and voice is not None:
-            if voice not in {v.id for v in pipeline.voices()}:  # the openai SDK sends one always
-                compat.ignore(request, "voice")  # ref_audio is the voice: reported, not used
-                voice = None
-        if voice is not None and not uploaded:
-            fields["voice"] = voice
-        if reference is not None:
-            fields["reference"] = reference
-        if body.seed is not None:
-            fields["seed"] = body.seed
-        gen = state.build_request(served, fields, extras=extras, request_id=request_id(request))
+        if marks is not None:
+            marks.mark("body_read")
+        rid = marks.request_id if marks is not None else request_id(request)
+        call = await speech_call(state, data, request, rid)
+        served, body, fmt, gen, streamed = (
+            call.served,
+            call.body,
+            call.format,
+            call.request,
+            call.streamed,
+        )
         headers = compat.headers(request)
         if not streamed:
             job = state.submit(served, Job(gen))
@@ -123,14 +158,14 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             t0 = time.perf_counter()
             encoded = await asyncio.to_thread(media.encode_audio, audio, rate, fmt)
             headers["x-omni-sample-rate"] = str(rate)
-            if timings.requested(request, state.config):  # the body is audio: a header
-                ran = timings.metrics(result, time.perf_counter() - t0)
+            if stage_metrics.requested(request, state.config):  # the body is audio: a header
+                ran = stage_metrics.metrics(result, time.perf_counter() - t0)
                 headers["X-Omni-Metrics"] = json.dumps(ran)
             return Response(encoded, media_type=media.AUDIO_MEDIA_TYPES[fmt], headers=headers)
 
         # stream_format wins; stream: true alone is vLLM-Omni's request for events.
         sse = (body.stream_format or "sse") == "sse"
-        job, queue, first = await submit_streaming(state, served, gen)
+        job, queue, first = await submit_streaming(state, served, gen, marks)
         engine = served.engine
         assert engine is not None
         if isinstance(first, AudioChunk):
@@ -162,6 +197,9 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             finally:
                 if not job.future.done():
                     engine.cancel(job, "the client disconnected")
+                if marks is not None and timings is not None:
+                    marks.mark("done")
+                    timings.write(marks)
 
         async def audio_stream() -> AsyncIterator[bytes]:
             async with contextlib.aclosing(items()) as pieces:
@@ -169,6 +207,8 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                     if isinstance(item, AudioChunk):
                         data = encoder.encode(item.samples)
                         if data:
+                            if marks is not None:
+                                marks.mark("first_bytes")
                             yield data
                     elif (exc := item.exception()) is not None:
                         raise streams.cut(gen.request_id, exc)  # not a whole file: cut it
@@ -202,8 +242,8 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                                 "total_tokens": len(body.input),
                             },
                         }
-                        if timings.requested(request, state.config):
-                            event["metrics"] = timings.metrics(item.result())
+                        if stage_metrics.requested(request, state.config):
+                            event["metrics"] = stage_metrics.metrics(item.result())
                     yield f"data: {json.dumps(event)}\n\n".encode()
 
         def error_event(exc: BaseException) -> bytes:
