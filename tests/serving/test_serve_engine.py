@@ -38,8 +38,7 @@ def test_serve_64_requests_at_concurrency_16_complete_or_429(live_server) -> Non
                             "prompt": f"prompt {i}",
                             "size": "32x32",
                             "num_inference_steps": 2,
-                            "seed": i,
-                        },
+                        },  # unseeded: a seeded request steps alone (test_serve_reproducible)
                     )
 
             return await asyncio.gather(*(one(i) for i in range(64)))
@@ -117,7 +116,9 @@ def test_serve_batching_on_and_off_give_the_same_outputs(omni_models, model_id: 
         def batch(self, model: str, size: int, seconds: float) -> None:
             observed.append(size)
 
-    batched = _run_all(Engine(omni.pipeline, max_batch=4, observer=Sizes()), requests)
+    # batch_seeded: these seeded requests share steps (by default each would step alone)
+    engine = Engine(omni.pipeline, max_batch=4, observer=Sizes(), batch_seeded=True)
+    batched = _run_all(engine, requests)
     assert max(observed) == 4, observed
     observed.clear()
     single = _run_all(Engine(omni.pipeline, max_batch=1, observer=Sizes()), requests)

@@ -1,8 +1,8 @@
 """Qwen3-TTS's static-shape decode path (``cuda_graphs``; on CPU it runs without capture): greedy
 codes equal the eager stages' and ``reference_generate``'s with requests joining and leaving
-between steps and batches padded to buckets; sampling draws what the eager stages draw from the
-same generator state (padded rows draw too, so whole sampled requests are equal in
-distribution, not draw for draw); the load option is checked; the pipeline reports its path."""
+between steps and batches padded to buckets; sampling is seeded per row (a seeded request draws
+the same codes in any batch, graphs or not); the load option is checked; the pipeline reports
+its path."""
 
 from __future__ import annotations
 
@@ -107,30 +107,53 @@ def test_static_path_equals_eager_stages_when_a_slot_frees_in_the_middle(static,
     assert eager.pipeline.decode_report()["path"] == "eager"
 
 
-def test_the_graph_safe_draw_is_multinomials(checkpoint) -> None:
-    """Same generator state, same tokens as ``torch.multinomial`` after the same filtering."""
+def test_the_graph_safe_draw_is_seeded_per_row(checkpoint) -> None:
+    """The draw is multinomial's over the filtered weights, its noise keyed by each row's seed,
+    frame and codebook: a row draws the same token alone or beside any others."""
     from omni_qwen.tts.stages import Sampling, sample
 
     logits = torch.randn(6, 97, generator=torch.Generator().manual_seed(1))
     temperature = torch.tensor([0.9, 0.0, 1.3, 0.7, 0.5, 1.0])
     top_k = torch.tensor([50, 0, 5, 0, 1, 97])
     top_p = torch.tensor([1.0, 1.0, 0.8, 0.5, 1.0, 0.95])
-    settings = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, any=True)
+    seeds = torch.tensor([11, 12, 13, 14, 15, 16])
+    frames = torch.tensor([0, 3, 7, 1, 2, 40])
 
-    def oracle(generator: torch.Generator) -> torch.Tensor:
+    def settings(rows: list[int], seed: torch.Tensor = seeds) -> Sampling:
+        pick = torch.tensor(rows)
+        return Sampling(temperature[pick], top_k[pick], top_p[pick], True, seed[pick])
+
+    def weights() -> torch.Tensor:  # the filtered distribution, in token order
         ordered, index = (logits / temperature.clamp(min=1e-5)[:, None]).sort(-1, descending=True)
         probs = ordered.softmax(-1)
         ranks = torch.arange(97)[None]
         k = torch.where(top_k > 0, top_k, 97)[:, None]
         keep = (ranks < k) & ((probs.cumsum(-1) - probs) < top_p[:, None])
         keep[:, 0] = True
-        weights = ordered.masked_fill(~keep, float("-inf")).softmax(-1)
-        drawn = index.gather(-1, torch.multinomial(weights, 1, generator=generator))[:, 0]
-        return torch.where(temperature > 0, drawn, logits.argmax(-1))
+        sorted_w = ordered.masked_fill(~keep, float("-inf")).softmax(-1)
+        return torch.zeros_like(sorted_w).scatter(1, index, sorted_w)
 
-    for seed in range(5):
-        got = sample(logits, settings, torch.Generator().manual_seed(seed))
-        assert torch.equal(got, oracle(torch.Generator().manual_seed(seed)))
+    everyone = sample(logits, settings(list(range(6))), frames, group=3)
+    for row in range(6):  # alone, and beside another row
+        alone = sample(logits[row : row + 1], settings([row]), frames[row : row + 1], group=3)
+        pair = [row, (row + 2) % 6]
+        beside = sample(logits[pair], settings(pair), frames[pair], group=3)
+        assert alone.item() == everyone[row].item() == beside[0].item()
+    assert everyone[1].item() == logits[1].argmax().item()  # temperature 0: greedy
+    # over many seeds the tokens follow the filtered weights (and a new frame draws anew)
+    draws = torch.stack(
+        [
+            sample(logits, settings(list(range(6)), seeds * 0 + seed), frames, group=0)
+            for seed in range(4000)
+        ]
+    )
+    expected = weights()
+    for row in (0, 2, 3, 5):
+        counts = torch.bincount(draws[:, row], minlength=97).float() / len(draws)
+        assert (counts - expected[row]).abs().max() < 0.03
+        assert counts[expected[row] == 0].sum() == 0  # filtered tokens are never drawn
+    again = sample(logits, settings(list(range(6))), frames + 1, group=3)
+    assert not torch.equal(again, everyone)
 
 
 def test_cuda_graphs_option_is_checked_and_defaults_to_eager_off_cuda(checkpoint) -> None:

@@ -12,6 +12,7 @@ import click
 
 from omni_core.commands.answer_options import answer_options
 from omni_core.commands.connection_options import connection_options
+from omni_core.commands.limit_options import limit_options
 from omni_core.commands.memory_options import memory_options
 from omni_core.commands.options import (
     acceleration_kwargs,
@@ -21,16 +22,7 @@ from omni_core.commands.options import (
 )
 from omni_core.commands.storage_options import storage_options
 from omni_core.contract.errors import OmniError
-from omni_core.serving.config import (
-    DEFAULT_MAX_ASPECT_RATIO,
-    DEFAULT_MAX_COST,
-    DEFAULT_MAX_FRAMES,
-    DEFAULT_MAX_OUTPUTS,
-    DEFAULT_MAX_PIXELS,
-    DEFAULT_MAX_STEPS,
-    DEFAULT_MAX_UPLOAD_PIXELS,
-    DEFAULT_REQUEST_TIMEOUT_S,
-)
+from omni_core.serving.config import DEFAULT_REQUEST_TIMEOUT_S
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.serving import ServerConfig
@@ -86,12 +78,16 @@ def _models(models: tuple[str, ...], names: tuple[str, ...]) -> list[dict[str, s
 
 def _preflight(config: ServerConfig) -> None:
     """Fail before binding a port: a device, dtype or attention backend this machine cannot
-    use, a model that cannot be found or that no pipeline serves (what ``Omni`` would find)."""
+    use, a model that cannot be found or that no pipeline serves (what ``Omni`` would find),
+    a state folder that cannot be written."""
     import inspect
 
     from omni_core.api import Omni, locate_model
     from omni_core.api import check_load_options as check_pipeline_options
     from omni_core.contract.host import get_registry
+    from omni_core.serving.stores.probe import check_state_dir
+
+    check_state_dir(config.state_dir, config.storage.min_free_bytes)
 
     check_load_options(config.device, config.dtype, config.attention_backend)
     check_option_keys(config.options)
@@ -136,6 +132,14 @@ def _preflight(config: ServerConfig) -> None:
     show_default=True,
     type=click.IntRange(1, 256),
     help="Most requests stepped together; 1 turns step-level batching off.",
+)
+@click.option(
+    "--batch-seeded",
+    is_flag=True,
+    default=False,
+    help="Let seeded image and video requests share denoising steps: faster under load, but "
+    "a seed then reproduces its output only when it ran alone (default: seeded requests "
+    "step alone).",
 )
 @click.option(
     "--max-queue",
@@ -193,54 +197,15 @@ def _preflight(config: ServerConfig) -> None:
     show_default=False,
     help="Comma-separated hosts the server may fetch image URLs from (default: none).",
 )
+@limit_options
 @click.option(
-    "--max-steps",
-    type=click.IntRange(0),
-    default=DEFAULT_MAX_STEPS,
-    show_default=True,
-    help="Reject requests with more denoising steps (400). 0: no limit (likewise below).",
-)
-@click.option(
-    "--max-pixels",
-    type=click.IntRange(0),
-    default=DEFAULT_MAX_PIXELS,
-    show_default=True,
-    help="Reject images/videos larger than this many pixels per frame (400).",
-)
-@click.option(
-    "--max-frames",
-    type=click.IntRange(0),
-    default=DEFAULT_MAX_FRAMES,
-    show_default=True,
-    help="Reject videos with more frames (400).",
-)
-@click.option(
-    "--max-outputs",
-    type=click.IntRange(0),
-    default=DEFAULT_MAX_OUTPUTS,
-    show_default=True,
-    help="Reject requests for more images at once (n; 400).",
-)
-@click.option(
-    "--max-aspect-ratio",
-    type=click.FloatRange(0),
-    default=DEFAULT_MAX_ASPECT_RATIO,
-    show_default=True,
-    help="Reject sizes whose long side exceeds the short side this many times (400).",
-)
-@click.option(
-    "--max-cost",
-    type=click.IntRange(0),
-    default=DEFAULT_MAX_COST,
-    show_default=True,
-    help="Reject requests above this many pixel-steps: width x height x frames x steps x n.",
-)
-@click.option(
-    "--max-upload-pixels",
-    type=click.IntRange(1),
-    default=DEFAULT_MAX_UPLOAD_PIXELS,
-    show_default=True,
-    help="Decoded pixels of all uploaded images of a request, read from their headers (413).",
+    "--report-timings",
+    "--enable-diffusion-pipeline-profiler",
+    "report_timings",
+    is_flag=True,
+    default=False,
+    help="Every response carries its stage durations and peak memory (vLLM-Omni's fields, "
+    "which its serving benchmark prints); without it only requests sending 'X-Omni-Timings: 1'.",
 )
 @connection_options
 @answer_options
@@ -293,6 +258,7 @@ def serve(
     api_key: str | None,
     state_dir: Path | None,
     max_batch: int,
+    batch_seeded: bool,
     max_queue: int,
     request_timeout: float,
     device: str | None,
@@ -307,13 +273,8 @@ def serve(
     compile_: bool | None,
     max_upload_mb: float,
     allowed_url_hosts: str,
-    max_steps: int,
-    max_pixels: int,
-    max_frames: int,
-    max_outputs: int,
-    max_aspect_ratio: float,
-    max_cost: int,
-    max_upload_pixels: int,
+    limits: dict[str, object],
+    report_timings: bool,
     connections: dict[str, float],
     answers: dict[str, str],
     public_url: str | None,
@@ -377,6 +338,7 @@ def serve(
             port=port,
             api_key=api_key or None,
             max_batch=max_batch,
+            batch_seeded=batch_seeded,
             max_queue=max_queue,
             request_timeout_s=request_timeout or None,
             device=device,
@@ -388,13 +350,8 @@ def serve(
             allowed_url_hosts=hosts,
             warmup=not no_warmup,
             warmup_request=warmup_fields,
-            max_steps=max_steps or None,
-            max_pixels=max_pixels or None,
-            max_frames=max_frames or None,
-            max_outputs=max_outputs or None,
-            max_aspect_ratio=max_aspect_ratio or None,
-            max_cost=max_cost or None,
-            max_upload_pixels=max_upload_pixels,
+            **limits,
+            report_timings=report_timings,
             **connections,
             **answers,
             public_url=public_url,

@@ -1,5 +1,6 @@
 """``omni serve``'s storage flags: where video jobs and outputs live (``--job-store``,
-``--output-store``) and how long they are kept (``--retention-age``, ``--retention-size``).
+``--output-store``), how long they are kept (``--retention-age``, ``--retention-size``) and
+the free space the state folder must keep (``--min-free-space``).
 
 :func:`storage_options` adds the flags and hands the command one ``storage`` keyword, a
 :class:`~omni_core.serving.stores.StorageConfig` (pydantic only: no driver is imported here).
@@ -15,6 +16,7 @@ import click
 
 from omni_core.serving.stores.config import (
     DEFAULT_LEASE_S,
+    DEFAULT_MIN_FREE_BYTES,
     DEFAULT_RETENTION_AGE_S,
     DEFAULT_RETENTION_BYTES,
     DEFAULT_SWEEP_INTERVAL_S,
@@ -109,6 +111,7 @@ def storage_options(func: Any) -> Any:
             ),
             lease_s=kwargs.pop("job_lease"),
             retention=retention,
+            min_free_bytes=parse_size(kwargs.pop("min_free_space"), "--min-free-space") or 0,
         )
         check_reachable(kwargs["storage"])
         return func(*args, **kwargs)
@@ -160,6 +163,14 @@ def storage_options(func: Any) -> Any:
             metavar="SECONDS",
             help="A server's hold on its jobs without renewal; after it, another server sharing "
             "the job store re-runs them.",
+        ),
+        click.option(
+            "--min-free-space",
+            default=f"{DEFAULT_MIN_FREE_BYTES / 1024**2:g}MiB",
+            show_default=True,
+            metavar="SIZE",
+            help="Free space the state folder must keep: below it /health is 503 and the "
+            "server does not start (0: any).",
         ),
     ]
     for option in reversed(options):

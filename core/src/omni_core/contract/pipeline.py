@@ -32,7 +32,7 @@ from omni_core.contract.config import (
     QuantizationConfig,
 )
 from omni_core.contract.errors import InvalidRequestError
-from omni_core.contract.types import GenerationRequest, GenerationResult, NoExtras
+from omni_core.contract.types import GenerationRequest, GenerationResult, NoExtras, pixel_steps
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -149,6 +149,14 @@ class Pipeline(ABC):
         request in flight, so ``--max-batch`` (diffusion step batching) must not cap them.
         """
         return max_batch
+
+    def work_units(self, request: GenerationRequest) -> float | None:
+        """How much work ``request`` is, in units whose denoising time the server measures on
+        this model (default: its pixel-steps; None: no estimate). The server refuses at
+        admission a request whose work x the measured seconds per unit is above
+        ``--request-timeout``; override it when your work grows otherwise (Wan: latent frames).
+        """
+        return pixel_steps(request)
 
     def denoisers(self) -> dict[str, Any]:
         """The denoiser modules as the pipeline runs them, by component name (default: none).

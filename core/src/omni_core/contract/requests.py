@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from omni_core.contract.errors import InvalidRequestError
 from omni_core.contract.pipeline import Adapters, Pipeline, StagedPipeline
-from omni_core.contract.types import GenerationRequest
+from omni_core.contract.types import GenerationRequest, pixel_steps
 
 #: Every field of the schema: none of them may be passed as an extra.
 RESERVED_FIELDS: frozenset[str] = frozenset(GenerationRequest.model_fields)
@@ -92,16 +92,8 @@ class RequestLimits:
 
 def request_cost(request: GenerationRequest) -> int | None:
     """width x height x frames x steps x outputs of a diffusion request (None without a size
-    or steps: speech, or a pipeline that left them open)."""
-    if not (request.width and request.height and request.num_inference_steps):
-        return None
-    return (
-        request.width
-        * request.height
-        * (request.num_frames or 1)
-        * request.num_inference_steps
-        * (request.num_outputs or 1)
-    )
+    or steps): :func:`~omni_core.contract.types.pixel_steps`, what ``--max-cost`` bounds."""
+    return pixel_steps(request)
 
 
 def _over(param: str, value: Any, limit: Any, flag: str, alias: str | None = None) -> None:

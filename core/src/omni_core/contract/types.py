@@ -123,6 +123,21 @@ class GenerationRequest(BaseModel):
         return tuple((ref.name, ref.scale) for ref in self.lora)
 
 
+def pixel_steps(request: GenerationRequest) -> int | None:
+    """width x height x frames x steps x outputs of a diffusion request (None without a size
+    or steps: speech, or a pipeline that left them open): ``--max-cost``'s measure and the
+    default :meth:`~omni_core.contract.pipeline.Pipeline.work_units`."""
+    if not (request.width and request.height and request.num_inference_steps):
+        return None
+    return (
+        request.width
+        * request.height
+        * (request.num_frames or 1)
+        * request.num_inference_steps
+        * (request.num_outputs or 1)
+    )
+
+
 @dataclass
 class GenerationResult:
     """What a request produced, plus how long each stage took."""

@@ -2,10 +2,16 @@
 
 Both take what pipelines return (PIL images; ``uint8`` video ``[frames, height, width, 3]``)
 and write either to a path or to bytes, so the CLI and the server share one implementation.
+
+The same frames always give the same MP4 bytes (:func:`x264_options`): the AVX-512 kernels of
+the x264 that PyAV's wheels bundle (core 165) read memory they never wrote in the lookahead's
+macroblock-tree pass, so on an AVX-512 CPU the bytes (and the decoded pixels) of one video
+depended on what the process had allocated before; x264 runs on its AVX2 kernels there.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 from pathlib import Path
@@ -48,11 +54,47 @@ def video_to_images(video: np.ndarray) -> list[Image.Image]:
     return [Image.fromarray(frame) for frame in _check_video(video)]
 
 
+def x264_options(crf: int, preset: str) -> dict[str, str]:
+    """libx264's options: ``crf`` and ``preset``, and on a CPU with AVX-512 the AVX2 kernels
+    (see the module docstring: the AVX-512 ones made the same frames encode differently from
+    one call to the next). Any CPU with AVX-512 has every instruction set ``asm=AVX2`` names."""
+    options = {"crf": str(crf), "preset": preset}
+    if _has_avx512():
+        options["x264-params"] = "asm=AVX2"
+    return options
+
+
+@functools.cache
+def _has_avx512() -> bool:
+    """Whether x264 would pick its AVX-512 kernels here (F, CD, BW, DQ and VL, with OS support),
+    as numpy's runtime CPU detection sees it."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__ as features
+    except ImportError:  # numpy 1
+        try:
+            from numpy.core._multiarray_umath import __cpu_features__ as features
+        except ImportError:  # pragma: no cover - no detection: x264 picks its own kernels
+            return False
+    return bool(features.get("AVX512_SKX")) and bool(features.get("AVX2"))
+
+
 def encode_mp4(video: np.ndarray, fps: int = 16, *, crf: int = 18, preset: str = "medium") -> bytes:
     """H.264 MP4 bytes of a ``uint8 [F, H, W, 3]`` video (yuv420p; odd sizes are padded)."""
     buffer = io.BytesIO()
     _write_mp4(buffer, video, fps, crf=crf, preset=preset)
     return buffer.getvalue()
+
+
+def write_mp4(
+    video: np.ndarray, path: str | os.PathLike[str], fps: int = 16, *, preset: str = "medium"
+) -> Path:
+    """Write ``video`` as an MP4 at ``path`` atomically (a ``.part`` file renamed once whole)."""
+    target = Path(path)
+    tmp = target.with_suffix(".part")
+    with open(tmp, "wb") as handle:
+        _write_mp4(handle, video, fps, preset=preset)
+    tmp.replace(target)
+    return target
 
 
 def save_video(video: np.ndarray, path: str | os.PathLike[str], fps: int = 16) -> Path:
@@ -122,7 +164,7 @@ def _write_mp4(handle: Any, video: Any, fps: int, *, crf: int = 18, preset: str 
         stream.width = width + pad_w
         stream.height = height + pad_h
         stream.pix_fmt = "yuv420p"
-        stream.options = {"crf": str(crf), "preset": preset}
+        stream.options = x264_options(crf, preset)
         for frame in array:
             for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                 container.mux(packet)

@@ -30,7 +30,12 @@ _face = Face(
             "batch_buckets",
             "key_bucket",
         ),
-        "omni_core.runtime.sampling": ("Sampling", "sample_tokens", "apply_repetition_penalty"),
+        "omni_core.runtime.sampling": (
+            "Sampling",
+            "sample_tokens",
+            "row_uniform",
+            "apply_repetition_penalty",
+        ),
         "omni_core.runtime.kernels.sdpa": ("sdpa",),
         "omni_core.runtime.loading": ("resolve_model_path",),
         "omni_core.contract.platforms": ("Platform", "CudaPlatform"),

@@ -10,7 +10,9 @@ request and returns its :class:`SpeechStream`; each :meth:`ARRuntime.step` then
 3. runs the frame stages over all rows of the step at once,
 4. and, for each request whose chunk is due (:class:`~omni_core.runtime.stages.ChunkSchedule`),
    reads its stop flags back (the only host synchronisation, once per handed-out chunk), cuts
-   the frames at the stop, decodes them with left context and hands the audio delta out.
+   the frames at the stop, decodes them with left context and hands the audio delta out (a
+   seeded request's chunks are decoded alone: a codec batched with other requests rounds its
+   samples differently, so the same seed would not give the same file).
 
 Nothing else reads device values: frame counts, cache lengths and chunk boundaries are known on
 the host. The engine's worker calls :meth:`step` once per loop iteration, so concurrent requests
@@ -163,15 +165,18 @@ class ARRuntime(SlotRuntime[SpeechStream]):
             codes = torch.cat([r.tokens for r in stream.pending[:keep]]).T if keep else None
             stream.pending = []
             work.append((stream, codes, ended))
-        # one codec call per group of equal shapes (context frames, new frames)
-        groups: dict[tuple[int, int], list[tuple[SpeechStream, torch.Tensor, bool]]] = {}
+        # one codec call per group of equal shapes (context frames, new frames); a seeded
+        # request alone (module docstring)
+        groups: dict[tuple[int, int, int], list[tuple[SpeechStream, torch.Tensor, bool]]] = {}
         for stream, codes, ended in work:
             if codes is None:
                 self._finish(stream, None)
                 continue
             context = 0 if stream.context is None else stream.context.shape[1]
-            groups.setdefault((context, codes.shape[1]), []).append((stream, codes, ended))
-        for (context, _), members in groups.items():
+            alone = id(stream) if stream.state.request.seed is not None else 0
+            key = (context, codes.shape[1], alone)
+            groups.setdefault(key, []).append((stream, codes, ended))
+        for (context, _, _), members in groups.items():
             self._decode_audio(context, members)
 
     def _decode_audio(

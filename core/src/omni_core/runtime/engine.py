@@ -10,11 +10,14 @@ re-entrant, so exactly one thread calls ``prepare`` / ``step`` / ``decode`` / ``
 The loop is continuous batching at denoising-step granularity: between two steps the worker admits
 new requests (``prepare``), drops cancelled or timed-out ones, steps every group of states that
 share :meth:`~omni_core.contract.pipeline.StagedPipeline.batch_key` (at most ``max_batch`` per
-``step`` call), and decodes the states that finished. Streamed requests (speech, chat) advance one
-delta of :meth:`~omni_core.contract.pipeline.StreamedPipeline.open_stream` per iteration, or, when
-the pipeline has a :class:`~omni_core.contract.pipeline.SharedRuntime`, every open stream advances
-in one shared step; so they interleave with each other and with diffusion work. Nothing in the loop
-reads tensor values back to the host.
+``step`` call), and decodes the states that finished. A seeded request steps alone unless
+``batch_seeded``: a batched forward rounds differently from a forward of one (other kernels for
+other shapes, on every device), so its pixels would depend on what ran beside it. Streamed
+requests (speech, chat) advance one delta of
+:meth:`~omni_core.contract.pipeline.StreamedPipeline.open_stream` per iteration, or, when the
+pipeline has a :class:`~omni_core.contract.pipeline.SharedRuntime`, every open stream advances
+in one shared step; so they interleave with each other and with diffusion work. Nothing in the
+loop reads tensor values back to the host.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import threading
 import time
 import traceback
 from collections.abc import Hashable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core.contract.collect import Collector
@@ -57,12 +60,21 @@ from omni_core.runtime.jobs import (
 log = logging.getLogger("omni.engine")
 
 
+def _cancelled(job: Job) -> Exception:
+    """The error a cancelled job ends with: the server's shutdown, or its client's cancel."""
+    if job.stopped:
+        return EngineStoppedError(job.cancel_reason)
+    return RequestCancelledError(job.cancel_reason)
+
+
 @dataclass(eq=False)
 class _Running:
     job: Job
     state: DenoiseState | None = None
     stream: Iterator[Any] | None = None  # AudioChunk (speech) or ChatDelta (chat) objects
     collector: Collector | None = None
+    #: Seconds in each stage so far (``prepare_s``, ``denoise_s``: the steps it was part of).
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 class Engine:
@@ -77,6 +89,7 @@ class Engine:
         max_queue: int = 64,
         request_timeout_s: float | None = None,
         observer: EngineObserver | None = None,
+        batch_seeded: bool = False,
     ) -> None:
         if max_batch < 1 or max_queue < 1:
             raise ValueError("max_batch and max_queue must be >= 1")
@@ -86,6 +99,8 @@ class Engine:
         self.capacity = pipeline.concurrency(max_batch)  # requests running at once
         self.max_queue = max_queue
         self.request_timeout_s = request_timeout_s
+        #: Whether seeded staged requests may share a step (faster; see the module docstring).
+        self.batch_seeded = batch_seeded
         self.observer: EngineObserver = observer or NullObserver()
         if not isinstance(pipeline, StagedPipeline | StreamedPipeline):
             raise TypeError(
@@ -136,7 +151,7 @@ class Engine:
                 with self._cond:
                     unfinished = [r.job for r in self._running] + list(self._pending)
                 for job in unfinished:
-                    job.cancel("the server shut down before this request finished")
+                    job.cancel("the server shut down before this request finished", stopped=True)
                 thread.join(5.0)
         return leftover
 
@@ -216,7 +231,7 @@ class Engine:
         if job.future.done():
             return
         if job.cancelled:
-            self._finish_error(job, RequestCancelledError(job.cancel_reason))
+            self._finish_error(job, _cancelled(job))
             return
         if job.expired(time.monotonic()):  # timed out while queued: no compute at all
             self._finish_error(
@@ -232,6 +247,9 @@ class Engine:
             except Exception:
                 log.exception("request %s: start callback failed", job.id)
         entry = _Running(job)
+        if not self._running and self._platform is not None:
+            self._reset_peak()  # the peak a result reports is that of the requests beside it
+        t0 = time.perf_counter()
         try:
             if isinstance(self.pipeline, StreamedPipeline):  # a stream and what gathers it
                 entry.stream = iter(self.pipeline.open_stream(job.request))
@@ -239,6 +257,7 @@ class Engine:
             else:
                 assert isinstance(self.pipeline, StagedPipeline)
                 entry.state = self.pipeline.prepare(job.request)
+                entry.timings["prepare_s"] = time.perf_counter() - t0
         except InvalidRequestError as exc:
             self._finish_error(job, exc)
             return
@@ -256,7 +275,7 @@ class Engine:
         for entry in list(self._running):
             job = entry.job
             if job.cancelled:
-                self._fail(entry, RequestCancelledError(job.cancel_reason))
+                self._fail(entry, _cancelled(job))
             elif job.expired(now):
                 self._fail(
                     entry, RequestTimeoutError(f"request timed out after {job.timeout_s:g} s")
@@ -272,7 +291,10 @@ class Engine:
             assert isinstance(self.pipeline, StagedPipeline)
             for entry in staged:  # the LoRA adapters and scales are part of the key
                 assert entry.state is not None
-                groups[step_key(self.pipeline, entry.state)].append(entry)
+                key = step_key(self.pipeline, entry.state)
+                if not self.batch_seeded and entry.job.request.seed is not None:
+                    key = (key, id(entry))  # the same numbers whatever runs beside it
+                groups[key].append(entry)
             for group in groups.values():
                 for start in range(0, len(group), self.max_batch):
                     self._step(group[start : start + self.max_batch])
@@ -298,8 +320,10 @@ class Engine:
                 self._log_failure(entry.job, exc)
                 self._fail(entry, failure_error(exc, len(batch)))
             return
-        self.observer.batch(self.name, len(states), time.perf_counter() - t0)
+        elapsed = time.perf_counter() - t0
+        self.observer.batch(self.name, len(states), elapsed)
         for entry in batch:
+            entry.timings["denoise_s"] = entry.timings.get("denoise_s", 0.0) + elapsed
             state = entry.state
             if entry.job.on_progress is not None and state is not None:
                 try:
@@ -379,6 +403,8 @@ class Engine:
         job = entry.job
         self._remove(entry)
         now = time.monotonic()
+        for key, seconds in entry.timings.items():
+            result.timings.setdefault(key, seconds)
         result.timings.setdefault("queue_s", (job.started_at or now) - job.submitted_at)
         result.timings["total_s"] = now - job.submitted_at
         service = now - (job.started_at or job.submitted_at)
@@ -394,6 +420,13 @@ class Engine:
         log.info("request %s completed in %.3f s", job.id, result.timings["total_s"])
         if not job.future.done():
             job.future.set_result(result)
+
+    def _reset_peak(self) -> None:
+        try:
+            assert self._platform is not None
+            self._platform.reset_peak_memory(self._device)
+        except Exception:  # noqa: BLE001  # pragma: no cover - a platform without stats
+            log.debug("engine %s: the platform cannot reset its peak memory", self.name)
 
     def _fail(self, entry: _Running, exc: BaseException) -> None:
         self._remove(entry)

@@ -82,14 +82,19 @@ class Job:
     started_at: float | None = None
     _cancel: threading.Event = field(default_factory=threading.Event)
     cancel_reason: str = "cancelled by the client"
+    #: Cancelled because the engine stopped (it ends with EngineStoppedError: retry elsewhere).
+    stopped: bool = False
 
     @property
     def id(self) -> str:
         return self.request.request_id
 
-    def cancel(self, reason: str = "cancelled by the client") -> None:
-        """Ask the worker to drop this job; it stops within one denoising step (or chunk)."""
+    def cancel(self, reason: str = "cancelled by the client", *, stopped: bool = False) -> None:
+        """Ask the worker to drop this job; it stops within one denoising step (or chunk).
+        ``stopped``: the engine is shutting down (the job fails with EngineStoppedError, which
+        a client may retry, not with RequestCancelledError)."""
         self.cancel_reason = reason
+        self.stopped = self.stopped or stopped
         self._cancel.set()
 
     @property

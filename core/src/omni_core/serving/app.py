@@ -14,6 +14,7 @@ This module only assembles the app; the parts live by job:
 - :mod:`~omni_core.serving.routes` — one module per resource, in folders that mirror the
   lanes: ``diffusion`` (images, videos, image models' chat answers), ``speech`` (speech,
   voices), ``chat`` (the chat completions route, chat models' answers), and ``system``
+- :mod:`~omni_core.serving.streams` — streamed answers that end so the client can tell
 - :mod:`~omni_core.serving.compat` — other servers' request fields mapped onto omni's
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -38,6 +40,7 @@ from omni_core.serving.routes.chat import completions
 from omni_core.serving.routes.diffusion import audio, images, videos
 from omni_core.serving.routes.speech import speech, stream, voices
 from omni_core.serving.state import ServerState
+from omni_core.serving.streams import QuietCuts
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.api import Omni
@@ -72,11 +75,14 @@ def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = N
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        quiet = QuietCuts()  # a cut stream is logged once, by omni (serving.streams)
+        logging.getLogger("uvicorn.error").addFilter(quiet)
         state.start()
         try:
             yield
         finally:
             await asyncio.to_thread(state.shutdown)
+            logging.getLogger("uvicorn.error").removeFilter(quiet)
 
     app = FastAPI(
         title="omni",

@@ -17,7 +17,10 @@ DEFAULT_MAX_STEPS = 200
 DEFAULT_MAX_FRAMES = 241
 DEFAULT_MAX_OUTPUTS = 4
 DEFAULT_MAX_ASPECT_RATIO = 8.0
-DEFAULT_MAX_UPLOAD_PIXELS = 4 * 4096 * 4096
+#: Decoded pixels of all input images of one request (4096x4096): the models resize inputs to
+#: at most --max-pixels anyway; a 64-megapixel PNG took 22 s and 1.2 GB to decode. JPEGs above
+#: it decode reduced (omni_core.serving.media.fit_pixels), other images are refused (413).
+DEFAULT_MAX_UPLOAD_PIXELS = 4096 * 4096
 DEFAULT_REQUEST_TIMEOUT_S = 1800.0
 #: Pixel-steps (width x height x frames x steps x n) of one request: 1280x720 x 241 frames x 50
 #: steps passes (1.1e10); 2048x2048 x 241 frames x 50 steps (5.1e10) does not.
@@ -52,6 +55,10 @@ class ServerConfig(BaseModel):
     api_key: str | None = None
     state_dir: Path = Field(default_factory=lambda: Path.home() / ".local/state/omni/serve")
     max_batch: int = Field(4, ge=1, le=256)
+    #: Let seeded image and video requests share denoising steps with others: faster under
+    #: load, but a batched forward rounds differently, so a seed then reproduces its output
+    #: only when it runs alone (off: a seeded request always steps alone).
+    batch_seeded: bool = False
     max_queue: int = Field(64, ge=1)
     device: str | None = None
     dtype: str | None = None
@@ -62,7 +69,7 @@ class ServerConfig(BaseModel):
     max_upload_mb: float = Field(20.0, gt=0)
     max_images: int = Field(8, ge=1, le=64)
     #: Decoded pixels of all uploaded images of one request, read from their headers before
-    #: anything is decoded (a 1 MB PNG can decode to gigabytes).
+    #: anything is decoded (a 1 MB PNG can decode to gigabytes); JPEGs above it decode reduced.
     max_upload_pixels: int = Field(DEFAULT_MAX_UPLOAD_PIXELS, ge=1)
     allowed_url_hosts: tuple[str, ...] = ()
     #: Seconds an allowed-host URL fetch may take in all (connect, headers, body).
@@ -92,6 +99,9 @@ class ServerConfig(BaseModel):
     max_outputs: int | None = Field(DEFAULT_MAX_OUTPUTS, ge=1)
     max_aspect_ratio: float | None = Field(DEFAULT_MAX_ASPECT_RATIO, ge=1)
     max_cost: int | None = Field(DEFAULT_MAX_COST, ge=1)
+    #: Every response carries its timings (``stage_durations``, ``peak_memory_mb``: see
+    #: omni_core.serving.timings); off: only those whose request sends ``X-Omni-Timings: 1``.
+    report_timings: bool = False
     warmup: bool = True
     #: Shared request fields of the warm-up of image and video models (e.g. a small size).
     warmup_request: dict[str, Any] = Field(default_factory=dict)

@@ -13,9 +13,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from omni_core.contract.errors import (
     EngineStoppedError,
@@ -64,6 +65,11 @@ class APIError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+class ClientGone(Exception):
+    """The client closed its connection before its answer: the route stops (its job was
+    cancelled) and nobody reads what it returns. Not a server error: logged at info."""
 
 
 def invalid(message: str, param: str | None = None, code: str = "invalid_value") -> APIError:
@@ -198,6 +204,11 @@ def install_handlers(app: FastAPI) -> None:
             exc.status_code, str(exc.detail), type=kind, code=code, headers=dict(exc.headers or {})
         ).response()
 
+    @app.exception_handler(ClientGone)
+    async def _gone(request: Request, exc: ClientGone) -> Response:
+        log.info("%s %s: %s", request.method, request.url.path, exc)
+        return Response(status_code=499)  # nginx's "client closed request"; never delivered
+
     @app.exception_handler(Exception)
     async def _any(_: Request, exc: Exception) -> JSONResponse:
         return from_exception(exc).response()
@@ -211,7 +222,9 @@ class CatchAllMiddleware:
     Starlette's own last-resort handler sends the 500 and then re-raises, and uvicorn closes the
     connection: the client's next request on that keep-alive connection fails. Here the error is
     logged and answered, and the connection stays usable. An exception after the response
-    started cannot be answered any more: it propagates (the connection must close then).
+    started cannot be answered any more: it propagates (the connection must close then),
+    except the client's own disconnect (a stream it stopped reading), which ends the request
+    quietly: nobody is left to answer, and the server did nothing wrong.
     """
 
     def __init__(self, app: Any) -> None:
@@ -231,6 +244,9 @@ class CatchAllMiddleware:
 
         try:
             await self.app(scope, receive, tracked)
+        except ClientDisconnect:
+            log.info("%s %s: the client disconnected", scope.get("method"), scope.get("path"))
+            return
         except Exception as exc:
             if started:
                 raise

@@ -23,7 +23,13 @@ from starlette.requests import ClientDisconnect
 from omni_core.runtime.jobs import Job
 from omni_core.serving import media
 from omni_core.serving.config import ServerConfig
-from omni_core.serving.errors import APIError, from_exception, from_validation_error, invalid
+from omni_core.serving.errors import (
+    APIError,
+    ClientGone,
+    from_exception,
+    from_validation_error,
+    invalid,
+)
 from omni_core.serving.models import ServedModel
 from omni_core.serving.schemas import parse_size
 
@@ -187,8 +193,7 @@ async def read_form(request: Request, config: ServerConfig, *, images: bool = Tr
 
 def _check_image_headers(form: FormData, config: ServerConfig) -> None:
     uploads = [(k, v) for k, v in form.multi_items() if isinstance(v, UploadFile)]
-    total = 0
-    max_pixels = config.max_upload_pixels
+    images = []
     for i, (key, upload) in enumerate(uploads):
         base = key.removesuffix("[]")
         param = base if len(uploads) == 1 else f"{base}[{i}]"
@@ -199,17 +204,9 @@ def _check_image_headers(form: FormData, config: ServerConfig) -> None:
             upload.file.seek(0)
             continue  # empty: the decoder names it
         upload.file.seek(0)
-        width, height = media.image_header(upload.file, param)
+        images.append((param, *media.image_info(upload.file, param)))
         upload.file.seek(0)
-        total += width * height
-        if total > max_pixels:
-            raise APIError(
-                413,
-                f"{param}: the uploaded images decode to {total} pixels, above this server's "
-                f"limit of {max_pixels} (--max-upload-pixels); send smaller images",
-                param=param,
-                code="image_too_large",
-            )
+    media.fit_pixels(images, config.max_upload_pixels)  # 413 when even reduced JPEGs do not
 
 
 async def upload_bytes(upload: UploadFile, param: str, config: ServerConfig) -> bytes:
@@ -286,24 +283,36 @@ def request_id(request: Request) -> str:
 
 
 async def await_job(served: ServedModel, job: Job, request: Request | None = None) -> Any:
-    """Wait for a job; a client that disconnects first cancels it (at the next step)."""
+    """Wait for a job; a client that disconnects first cancels it (at the next step) and the
+    route ends with :class:`~omni_core.serving.errors.ClientGone` (quietly: not an error)."""
     future = asyncio.wrap_future(job.future)
     watcher = asyncio.ensure_future(_disconnected(request)) if request is not None else None
     try:
         if watcher is not None:
             await asyncio.wait({future, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if not future.done():
-                raise asyncio.CancelledError
+                future.add_done_callback(_retrieve)  # its outcome is nobody's now
+                if served.engine is not None:
+                    served.engine.cancel(job, "the client disconnected")
+                raise ClientGone(f"the client disconnected; request {job.id} cancelled")
         return await future
     except asyncio.CancelledError:
         if served.engine is not None:
             served.engine.cancel(job, "the client disconnected")
+        raise
+    except ClientGone:
         raise
     except Exception as exc:  # noqa: BLE001 - mapped to its HTTP status
         raise from_exception(exc) from None
     finally:
         if watcher is not None:
             watcher.cancel()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a finished future's exception as seen (asyncio warns of one nobody retrieved)."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def submit_streaming(

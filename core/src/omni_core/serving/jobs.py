@@ -28,7 +28,7 @@ from typing import Any
 from omni_core.contract.errors import EngineStoppedError, QueueFullError, RequestCancelledError
 from omni_core.contract.types import GenerationRequest, GenerationResult
 from omni_core.runtime.jobs import Job
-from omni_core.serving import media
+from omni_core.serving import media, stage_metrics
 from omni_core.serving.errors import APIError, from_exception
 from omni_core.serving.metrics import Metrics
 from omni_core.serving.models import ServedModel
@@ -261,8 +261,8 @@ class VideoJobs:
                 self._write(job_id, fut.result())
             return
         self._forget(job_id)
-        if isinstance(exc, EngineStoppedError) and job.started_at is None:
-            return  # never started: stays queued and is handed back (close)
+        if isinstance(exc, EngineStoppedError) and (job.started_at is None or self._stopping()):
+            return  # never started, or cut off by the shutdown: handed back (close)
         if isinstance(exc, RequestCancelledError):
             if self._stopping():  # cut off by the end of the grace period: handed back (close)
                 return
@@ -275,15 +275,17 @@ class VideoJobs:
         key = f"videos/{job_id}.mp4"
         try:
             frames, fps = media.frames_of(result)
+            t0 = time.perf_counter()
             with tempfile.TemporaryDirectory(prefix="omni-video-") as tmp:
                 path = Path(tmp) / "video.mp4"
                 media.encode_mp4(frames, fps, path)
                 self.outputs.put_file(key, path)
+            ran = stage_metrics.metrics(result, time.perf_counter() - t0)  # the record keeps them
         except Exception as exc:
             log.exception("video job %s: encoding or storing failed", job_id)
             self.fail(job_id, "encoding_failed", f"encoding the video failed: {exc}")
         else:
-            self.finalize(job_id, "completed", output_path=key, progress=100)
+            self.finalize(job_id, "completed", output_path=key, progress=100, metrics=ran)
         finally:
             self._forget(job_id)
 

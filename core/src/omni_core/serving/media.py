@@ -43,13 +43,18 @@ FETCH_DEADLINE_S = 20.0
 def image_header(data: Any, param: str) -> tuple[int, int]:
     """``(width, height)`` of an image (bytes or a file) from its header alone (Pillow's lazy
     open: nothing is decoded); anything but png, jpeg or webp is a 400 naming ``param``."""
+    return image_info(data, param)[1:]
+
+
+def image_info(data: Any, param: str) -> tuple[str, int, int]:
+    """``(format, width, height)`` of an image from its header alone (see :func:`image_header`)."""
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(data, bytes | bytearray):
         data = io.BytesIO(data)
     try:
         with Image.open(data, formats=INPUT_FORMATS) as img:
-            return img.size
+            return str(img.format), *img.size
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError):
         raise unreadable(param) from None
 
@@ -63,34 +68,68 @@ def unreadable(param: str) -> APIError:
     )
 
 
-def check_pixels(blobs: list[tuple[str, bytes]], max_pixels: int) -> None:
-    """The decoded pixels of all ``(param, bytes)`` images of one request, read from their
-    headers before anything is decoded, must fit ``max_pixels`` (413 naming the image)."""
-    total = 0
-    for param, data in blobs:
-        if not data:
-            continue  # empty: the decoder names it
-        width, height = image_header(data, param)
-        total += width * height
-        if total > max_pixels:
+#: A JPEG decodes at 1/2, 1/4 or 1/8 of its size for a fraction of the work (libjpeg's DCT
+#: scaling, Pillow's ``draft``); no other input format can.
+JPEG_REDUCTIONS = (1, 2, 4, 8)
+
+
+def _reduced(width: int, height: int, by: int) -> int:
+    return -(-width // by) * -(-height // by)
+
+
+def fit_pixels(images: list[tuple[str, str, int, int]], max_pixels: int) -> list[int]:
+    """How each ``(param, format, width, height)`` image of one request decodes within
+    ``max_pixels`` decoded pixels in all, decided from the headers before anything is decoded:
+    the reduction of each (1: full size). JPEGs over the budget decode reduced (the largest
+    first); a request that still does not fit is a 413 naming the image and the flag."""
+    reductions = [1] * len(images)
+
+    def total() -> int:
+        return sum(_reduced(w, h, r) for (_, _, w, h), r in zip(images, reductions, strict=True))
+
+    while total() > max_pixels:
+        shrinkable = [
+            i
+            for i, (_, fmt, _, _) in enumerate(images)
+            if fmt == "JPEG" and reductions[i] < JPEG_REDUCTIONS[-1]
+        ]
+        if not shrinkable:
+            running, param = 0, images[-1][0]
+            for (name, _, w, h), r in zip(images, reductions, strict=True):
+                running += _reduced(w, h, r)
+                if running > max_pixels:
+                    param = name
+                    break
             raise APIError(
                 413,
-                f"{param}: the input images decode to {total} pixels, above this server's "
+                f"{param}: the input images decode to {total()} pixels, above this server's "
                 f"limit of {max_pixels} (--max-upload-pixels); send smaller images",
                 param=param,
                 code="image_too_large",
             )
+        largest = max(shrinkable, key=lambda i: _reduced(*images[i][2:], reductions[i]))
+        reductions[largest] *= 2
+    return reductions
+
+
+def check_pixels(blobs: list[tuple[str, bytes]], max_pixels: int) -> list[int]:
+    """:func:`fit_pixels` of the ``(param, bytes)`` images of one request (their headers)."""
+    infos = [(param, *image_info(data, param)) for param, data in blobs if data]
+    reductions = iter(fit_pixels(infos, max_pixels))
+    return [next(reductions) if data else 1 for _, data in blobs]
 
 
 def decode_images(blobs: list[tuple[str, bytes]], max_pixels: int) -> list[Image.Image]:
-    """Every ``(param, bytes)`` image of a request -> RGB images, the pixel budget checked
-    from the headers first (:func:`check_pixels`): uploads, URLs and data URLs alike."""
-    check_pixels(blobs, max_pixels)
-    return [decode_image(data, param) for param, data in blobs]
+    """Every ``(param, bytes)`` image of a request -> RGB images within the pixel budget,
+    decided from the headers first (:func:`check_pixels`): uploads, URLs and data URLs alike."""
+    reductions = check_pixels(blobs, max_pixels)
+    pairs = zip(blobs, reductions, strict=True)
+    return [decode_image(data, param, reduce=r) for (param, data), r in pairs]
 
 
-def decode_image(data: bytes, param: str = "image") -> Image.Image:
-    """Bytes of an uploaded image -> RGB PIL image, or a 400 naming ``param``."""
+def decode_image(data: bytes, param: str = "image", *, reduce: int = 1) -> Image.Image:
+    """Bytes of an uploaded image -> RGB PIL image, or a 400 naming ``param``; ``reduce``
+    (a JPEG only): decoded at that fraction of its size (:data:`JPEG_REDUCTIONS`)."""
     from PIL import Image, UnidentifiedImageError
 
     if not data:
@@ -98,6 +137,9 @@ def decode_image(data: bytes, param: str = "image") -> Image.Image:
     try:
         with Image.open(io.BytesIO(data), formats=INPUT_FORMATS) as img:
             width, height = img.size
+            if reduce > 1 and img.format == "JPEG":
+                img.draft("RGB", (-(-width // reduce), -(-height // reduce)))
+                width, height = img.size
             if width * height > MAX_IMAGE_PIXELS:
                 raise invalid(
                     f"{param}: image of {width}x{height} pixels is too large",
@@ -124,30 +166,17 @@ def b64(data: bytes) -> str:
 
 
 def encode_mp4(frames: np.ndarray, fps: int, path: Path) -> None:
-    """uint8 frames [T, H, W, 3] -> H.264 MP4 at ``path`` (odd sizes are padded to even)."""
-    import av
+    """Frames [T, H, W, 3] (uint8, or floats in [0, 1]) -> H.264 MP4 at ``path``, atomically
+    (odd sizes are padded to even); the same frames always give the same bytes
+    (:func:`omni_core.media.visual.x264_options`)."""
     import numpy as np
+
+    from omni_core.media.visual import write_mp4
 
     frames = np.asarray(frames)
     if frames.dtype != np.uint8:
         frames = (np.clip(frames, 0.0, 1.0) * 255).round().astype(np.uint8)
-    t, h, w = frames.shape[:3]
-    pad_h, pad_w = h % 2, w % 2
-    if pad_h or pad_w:
-        frames = np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge")
-    tmp = path.with_suffix(".part")
-    with av.open(str(tmp), mode="w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=int(fps or 16))
-        stream.width, stream.height = w + pad_w, h + pad_h
-        stream.pix_fmt = "yuv420p"
-        stream.options = {"crf": "18", "preset": "veryfast"}
-        for i in range(t):
-            frame = av.VideoFrame.from_ndarray(frames[i], format="rgb24")
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    tmp.replace(path)
+    write_mp4(frames, path, int(fps or 16), preset="veryfast")
 
 
 def encode_audio(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:

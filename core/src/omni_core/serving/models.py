@@ -22,10 +22,12 @@ from omni_core.runtime.engine import Engine
 from omni_core.runtime.jobs import EngineObserver
 from omni_core.serving.config import ModelSource, ServerConfig
 from omni_core.serving.errors import APIError
+from omni_core.serving.estimates import RunTimeEstimate
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.api import Omni
     from omni_core.contract.pipeline import Pipeline
+    from omni_core.contract.types import GenerationRequest, GenerationResult
 
 log = logging.getLogger("omni.serving")
 
@@ -53,6 +55,8 @@ class ServedModel:
     created: int = field(default_factory=lambda: int(time.time()))
     #: Loaded by someone else (``create_app(preloaded=...)``): not ours to close.
     borrowed: bool = False
+    #: Its measured speed, for refusing requests that would outrun the timeout.
+    estimate: RunTimeEstimate = field(default_factory=RunTimeEstimate)
 
     @property
     def id(self) -> str:
@@ -112,11 +116,13 @@ class ServedModel:
             max_queue=config.max_queue,
             request_timeout_s=config.request_timeout_s,
             observer=observer,
+            batch_seeded=config.batch_seeded,
         )
         self.engine = engine.start()
         if config.warmup:
             try:
-                warm_up(omni.pipeline, engine, self.warmup_fields(config))
+                request, result = warm_up(omni.pipeline, engine, self.warmup_fields(config))
+                self.estimate.observe(omni.pipeline, request, result)
             except BaseException:
                 engine.stop(drain=False, timeout=5)
                 raise
@@ -165,11 +171,14 @@ _SIZE_FIELDS = frozenset({"size", "width", "height", "num_frames"})
 _SET_ONE = "set one with --warmup-request JSON or pass --no-warmup"
 
 
-def warm_up(pipeline: Pipeline, engine: Engine, overrides: Mapping[str, Any]) -> None:
+def warm_up(
+    pipeline: Pipeline, engine: Engine, overrides: Mapping[str, Any]
+) -> tuple[GenerationRequest, GenerationResult]:
     """Run the warm-up request the pipeline declares (with the ``--warmup-request`` fields) on
     ``engine``. Refused (the pipeline's InvalidRequestError) or out of memory: a WarmupError
     naming that cause; a size hint only where the size is the cause. Any other failure is a
-    bug of the model, raised as such (the server logs its traceback)."""
+    bug of the model, raised as such (the server logs its traceback). -> the request and its
+    result (the server's run-time estimate learns from them)."""
     try:
         request = warmup_request(pipeline, overrides)
     except InvalidRequestError as exc:
@@ -181,7 +190,7 @@ def warm_up(pipeline: Pipeline, engine: Engine, overrides: Mapping[str, Any]) ->
         )
         raise WarmupError(f"the warm-up request was refused: {exc.message}; {hint}") from None
     try:
-        engine.run(request, timeout=3600)
+        return request, engine.run(request, timeout=3600)
     except RequestOutOfMemoryError as exc:
         raise WarmupError(
             f"the warm-up request ran out of memory ({exc}); choose a size that fits with "

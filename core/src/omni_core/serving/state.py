@@ -34,6 +34,7 @@ from omni_core.serving.stores import (
     open_job_store,
     open_output_store,
 )
+from omni_core.serving.stores.probe import probe
 from omni_core.serving.timings import TimingsLog
 from omni_core.speech.voices import VoiceStore
 
@@ -41,6 +42,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from omni_core.api import Omni
 
 log = logging.getLogger("omni.serving")
+
+#: Seconds between two probes of the state folder (``/health``).
+STORAGE_PROBE_S = 2.0
 
 
 class Transcripts:
@@ -93,6 +97,9 @@ class ServerState:
         self._voices: VoiceStore | None = None
         self._drain_lock = threading.Lock()
         self._drained = False
+        self._storage_checked = -STORAGE_PROBE_S
+        self._storage_problem: str | None = None
+        self._storage_lock = threading.Lock()
         #: Server-side timestamps of streamed requests (``--timings-log``), or None.
         self.timings = TimingsLog(config.timings_log) if config.timings_log else None
 
@@ -108,6 +115,17 @@ class ServerState:
         if self._voices is None:
             self._voices = VoiceStore(self.config.state_dir)
         return self._voices
+
+    def storage_problem(self) -> str | None:
+        """Why the state folder cannot take writes now (read-only, full), or None; probed at
+        most every :data:`STORAGE_PROBE_S` seconds however often ``/health`` is asked."""
+        with self._storage_lock:
+            now = time.monotonic()
+            if now - self._storage_checked >= STORAGE_PROBE_S:
+                min_free = self.config.storage.min_free_bytes
+                self._storage_problem = probe(self.config.state_dir, min_free)
+                self._storage_checked = now
+            return self._storage_problem
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -199,9 +217,10 @@ class ServerState:
         request_id: str | None = None,
         seconds: float | None = None,
     ) -> GenerationRequest:
-        """Shared fields + the body's extras -> a validated request (400 on any problem)."""
+        """Shared fields + the body's extras -> a validated request (400 on any problem, and
+        for one estimated to outrun the request timeout: omni_core.serving.estimates)."""
         try:
-            return build_request(
+            request = build_request(
                 served.pipeline,
                 fields,
                 extras=extras,
@@ -210,6 +229,8 @@ class ServerState:
                 seconds=seconds,
                 extras_at=None,  # extras are top-level fields of the body
             )
+            served.estimate.check(served.pipeline, request, self.config.request_timeout_s)
+            return request
         except InvalidRequestError as exc:
             raise from_exception(exc) from None
 
@@ -231,6 +252,13 @@ class ServerState:
         if served.engine is None:
             raise APIError(503, f"model {served.id!r} is not running", type="server_error")
         try:
-            return served.engine.submit(job)
+            served.engine.submit(job)
         except Exception as exc:  # noqa: BLE001 - mapped to its HTTP status
             raise from_exception(exc) from None
+
+        def learn(future: Any) -> None:  # its speed, for the next estimates
+            if not future.cancelled() and future.exception() is None:
+                served.estimate.observe(served.pipeline, job.request, future.result())
+
+        job.future.add_done_callback(learn)
+        return job

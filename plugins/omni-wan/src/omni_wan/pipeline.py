@@ -151,6 +151,17 @@ class WanVideoPipeline(StagedPipeline):
             return self.layout.default_fps
         return parse_extras({"fps": fps}).fps or self.layout.default_fps
 
+    def work_units(self, request: GenerationRequest) -> float | None:
+        """Pixel-steps over the latent frames the transformer denoises ((frames - 1) / 4 + 1):
+        a 241-frame clip is 61 latent frames, not 48 times the warm-up's 5 (2 latent frames),
+        so the server's run-time estimate does not refuse clips that would finish."""
+        if not (request.width and request.height and request.num_inference_steps):
+            return None
+        frames = request.num_frames or 1
+        latent = (frames - 1) // self.layout.vae_temporal + 1
+        steps = request.num_inference_steps * (request.num_outputs or 1)
+        return float(request.width * request.height * latent * steps)
+
     def denoisers(self) -> dict[str, Any]:
         return dict(zip(self.experts, self.transformers, strict=True))
 

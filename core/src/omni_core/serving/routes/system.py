@@ -1,8 +1,11 @@
-"""The system routes: ``/v1/models`` (behind the API key), ``/health`` and ``/metrics`` (open,
-for load balancers and scrapers)."""
+"""The system routes: ``/v1/models`` (behind the API key), ``/health``, ``/ping``, ``/version``
+and ``/metrics`` (open, for load balancers and scrapers). ``/ping`` and ``/version`` answer as
+vLLM's (and so vLLM-Omni's) do: ``/ping`` (GET or POST) is an empty 200 when ``/health`` is,
+else 503; ``/version`` is ``{"version": ...}``, omni-core's."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
@@ -31,18 +34,39 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
 
 
 def add_open_routes(app: FastAPI, state: ServerState) -> None:
-    @app.get("/health", summary="200 once every model is loaded and warmed, 503 before")
-    async def health() -> JSONResponse:
-        # A parallel model whose worker process died turns failed here: /health says why.
+    def check() -> tuple[bool, dict[str, Any]]:
+        """Ready, and the body of ``/health``: every model loaded and warmed (a parallel model
+        whose worker died turns failed here), not stopping, the state folder writable."""
         ready = all([m.check_health() for m in state.models.values()]) and not state.stopping
-        models = {m.id: m.status for m in state.models.values()}
-        body: dict[str, Any] = {"status": "ok" if ready else "unavailable", "models": models}
+        body: dict[str, Any] = {"models": {m.id: m.status for m in state.models.values()}}
         errors = {m.id: m.error for m in state.models.values() if m.error}
         if errors:
             body["errors"] = errors
+        problem = state.storage_problem()
+        if problem is not None:
+            ready = False
+            body["storage"] = problem
+        return ready, {"status": "ok" if ready else "unavailable", **body}
+
+    @app.get("/health", summary="200 once every model is loaded and warmed, 503 before")
+    async def health() -> JSONResponse:
+        ready, body = await asyncio.to_thread(check)
         return JSONResponse(
             body, status_code=200 if ready else 503, headers={} if ready else {"Retry-After": "5"}
         )
+
+    @app.api_route(
+        "/ping", methods=["GET", "POST"], summary="vLLM's liveness probe: /health's code"
+    )
+    async def ping() -> Response:
+        ready, _ = await asyncio.to_thread(check)
+        return Response(status_code=200 if ready else 503)
+
+    @app.get("/version", summary="The server's version (omni-core's), as vLLM answers it")
+    async def version() -> dict[str, str]:
+        from omni_core import __version__
+
+        return {"version": __version__}
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics() -> Response:

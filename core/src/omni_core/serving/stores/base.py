@@ -50,13 +50,19 @@ class JobRecord:
     #: The server whose engine holds the job (None: waiting in the store for any server).
     owner: str | None = None
     lease_until: int | None = None
+    #: How the job ran, once it completed: ``stage_durations`` (seconds by stage),
+    #: ``peak_memory_mb`` (where the device reports it) and ``inference_time_s``.
+    metrics: dict[str, Any] | None = None
 
-    def as_api(self, keep_s: float | None = None) -> dict[str, Any]:
-        """The OpenAI ``video`` object; ``keep_s`` (the retention age) sets ``expires_at``."""
+    def as_api(self, keep_s: float | None = None, *, timings: bool = False) -> dict[str, Any]:
+        """The OpenAI ``video`` object; ``keep_s`` (the retention age) sets ``expires_at``;
+        ``timings`` adds :attr:`metrics` in vLLM-Omni's fields (its benchmark reads them)."""
         expires = None
         if keep_s and self.completed_at is not None:
             expires = int(self.completed_at + keep_s)
+        extra = dict(self.metrics or {}) if timings else {}
         return {
+            **extra,
             "id": self.id,
             "object": "video",
             "model": self.model,

@@ -13,6 +13,9 @@ DEFAULT_RETENTION_BYTES = 20 * 1024**3
 DEFAULT_SWEEP_INTERVAL_S = 300.0
 #: Seconds a server's claim on a job lasts without renewal (renewed every third of it).
 DEFAULT_LEASE_S = 30.0
+#: Free space the state folder must keep: below it ``/health`` is 503 (and ``omni serve`` does
+#: not start), before writes start failing.
+DEFAULT_MIN_FREE_BYTES = 100 * 1024**2
 
 
 class RetentionPolicy(BaseModel):
@@ -40,3 +43,5 @@ class StorageConfig(BaseModel):
     output_store: str | None = Field(None, max_length=2000)
     lease_s: float = Field(DEFAULT_LEASE_S, ge=1)
     retention: RetentionPolicy = Field(default_factory=RetentionPolicy)
+    #: Free bytes the state folder must keep (``--min-free-space``; 0: any).
+    min_free_bytes: int = Field(DEFAULT_MIN_FREE_BYTES, ge=0)

@@ -20,7 +20,7 @@ from omni_core.serving.stores.base import ACTIVE, MAX_RESTARTS, TERMINAL, JobRec
 #: Every column, in the order :func:`_record` reads them.
 COLUMNS = (
     "id, model, status, progress, created_at, completed_at, error, prompt, size, seconds, "
-    "request, input_path, output_path, restarts, owner, lease_until"
+    "request, input_path, output_path, restarts, owner, lease_until, metrics"
 )
 
 #: (version, statements); ``{int}`` is the dialect's 64-bit integer type.
@@ -44,6 +44,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "CREATE INDEX IF NOT EXISTS jobs_owner ON jobs (owner)",
         ),
     ),
+    (4, ("ALTER TABLE jobs ADD COLUMN metrics TEXT",)),  # stage durations, peak memory
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -142,8 +143,9 @@ class SQLJobStore(JobStore):
     ) -> bool:
         if not fields:
             return False
-        if fields.get("error") is not None:
-            fields["error"] = json.dumps(fields["error"])
+        for key in ("error", "metrics"):
+            if fields.get(key) is not None:
+                fields[key] = json.dumps(fields[key])
         columns = ", ".join(f"{k} = ?" for k in fields)
         where, args = "id = ?", [job_id]
         if only_active:
@@ -332,6 +334,7 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
         restarts,
         owner,
         lease_until,
+        metrics,
     ) = row
     return JobRecord(
         id=job_id,
@@ -350,4 +353,5 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
         restarts=int(restarts),
         owner=owner,
         lease_until=int(lease_until) if lease_until is not None else None,
+        metrics=json.loads(metrics) if metrics else None,
     )

@@ -19,7 +19,8 @@ on the host. Here both become one replayed CUDA graph per batch bucket
 
 Sampling is :func:`.stages.sample`, whose draw is the exponential-race form of
 ``torch.multinomial`` (``argmax(p / E)``, ``E ~ Exp(1)``: what ``multinomial`` computes for one
-sample, without its host-side probability check), so it is graph-safe. Off CUDA (or
+sample, without its host-side probability check), its noise computed on the device from each
+row's seed and frame, so it is graph-safe and the same for a row in any batch bucket. Off CUDA (or
 after a failed capture, reason logged) the same static-shape functions run eagerly, so greedy
 codes equal the eager stages' and ``reference_generate``'s.
 """
@@ -61,14 +62,13 @@ def pick_code0(
     penalty: torch.Tensor,
     least: torch.Tensor,
     settings: Sampling,
-    generator: torch.Generator | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Codebook 0 of rows ``[B]`` (the eager :class:`TalkerStage`'s rules) -> (code0, the
     rows' new ``seen``, new ``made``): pure, the caller stores them."""
     scores = logits.float()
     penalised = torch.where(scores < 0, scores * penalty[:, None], scores / penalty[:, None])
     scores = model.codec0_logits(torch.where(seen, penalised, scores), None, made, 1.0, least)
-    code0 = sample(scores, settings, generator)
+    code0 = sample(scores, settings, made)
     return code0, seen.scatter(1, code0[:, None], True), made + 1
 
 
@@ -87,6 +87,7 @@ class SlotTables:
         self.made = zeros(slots)
         self.penalty = zeros(slots, kind=torch.float32) + 1
         self.least = zeros(slots, 1)
+        self.seed = zeros(slots)
         self.sampling = {
             p: (
                 zeros(slots, kind=torch.float32),
@@ -110,6 +111,7 @@ class SlotTables:
         self.made[s] = data["made"]
         self.penalty[s] = data["repetition_penalty"]
         self.least[s, 0] = data["min_new_tokens"]
+        self.seed[s] = int(data["seed"])
         for prefix, (temperature, top_k, top_p) in self.sampling.items():
             value = float(data[f"{prefix}temperature"])
             temperature[s], self.host_temperature[prefix][s] = value, value
@@ -132,7 +134,11 @@ class SlotTables:
         temperature, top_k, top_p = self.sampling[prefix]
         temps = self.host_temperature[prefix]
         return Sampling(
-            temperature[rows], top_k[rows], top_p[rows], any(temps[s] > 0 for s in host_slots)
+            temperature[rows],
+            top_k[rows],
+            top_p[rows],
+            any(temps[s] > 0 for s in host_slots),
+            self.seed[rows],
         )
 
     def load_inputs(self, index: torch.Tensor, codes: torch.Tensor) -> None:
@@ -178,20 +184,9 @@ class _SlotIndex:
 class GraphTalkerStage(TalkerStage):
     """:class:`TalkerStage` with its decode step static and replayed (module doc)."""
 
-    def __init__(
-        self,
-        model: Qwen3TTSModel,
-        generator: torch.Generator | None = None,
-        *,
-        capture: bool = True,
-    ) -> None:
-        super().__init__(model, generator)
-        self.runner = GraphRunner(
-            "qwen3-tts talker",
-            model.device,
-            capture=capture,
-            generators=[generator] if generator is not None else [],
-        )
+    def __init__(self, model: Qwen3TTSModel, *, capture: bool = True) -> None:
+        super().__init__(model)
+        self.runner = GraphRunner("qwen3-tts talker", model.device, capture=capture)
         self.tables: SlotTables | None = None
         self._index = _SlotIndex()
         self._warmed = False
@@ -225,7 +220,6 @@ class GraphTalkerStage(TalkerStage):
             tables.penalty[rows],
             tables.least[rows],
             tables.settings("", rows, slots),
-            self.generator,
         )
         tables.seen[rows], tables.made[rows] = seen, made
         stop = code0 == self.model.codec_eos_id
@@ -242,14 +236,14 @@ class GraphTalkerStage(TalkerStage):
             t[head] for t in (tables.seen, tables.made, tables.penalty, tables.least)
         )
         temperature, top_k, top_p = (t[head] for t in tables.sampling[""])
-        settings = Sampling(temperature, top_k, top_p, sampled)
+        settings = Sampling(temperature, top_k, top_p, sampled, tables.seed[head])
 
         def step() -> tuple[torch.Tensor, ...]:
             embeds = model.frame_embedding(codes, text)[:, None]
             mask = view.attention_mask(embeds.dtype)
             hidden, logits = model.talker_forward(embeds, view.position_ids(), mask, view)
             code0, new_seen, new_made = pick_code0(
-                model, logits[:, -1], seen, made, penalty, least, settings, self.generator
+                model, logits[:, -1], seen, made, penalty, least, settings
             )
             return code0, hidden[:, -1], new_seen, new_made
 
@@ -312,6 +306,8 @@ class _PredictorBuffers:
         self.temperature = torch.zeros(rows, dtype=torch.float32, device=device)
         self.top_k = torch.zeros(rows, dtype=torch.long, device=device)
         self.top_p = torch.ones(rows, dtype=torch.float32, device=device)
+        self.seed = torch.zeros(rows, dtype=torch.long, device=device)
+        self.frame = torch.zeros(rows, dtype=torch.long, device=device)
         self.cache = StaticKVCache(
             dims.num_hidden_layers,
             rows,
@@ -327,11 +323,8 @@ class GraphCodePredictorStage(FrameStage):
     """The code predictor's whole frame loop, static per batch bucket and replayed."""
 
     def __init__(self, talker: GraphTalkerStage, *, capture: bool = True) -> None:
-        self.talker, self.model, self.generator = talker, talker.model, talker.generator
-        gens = [self.generator] if self.generator is not None else []
-        self.runner = GraphRunner(
-            "qwen3-tts code predictor", self.model.device, capture=capture, generators=gens
-        )
+        self.talker, self.model = talker, talker.model
+        self.runner = GraphRunner("qwen3-tts code predictor", self.model.device, capture=capture)
         self._buffers: dict[int, _PredictorBuffers] = {}
         self._fns: dict[tuple[int, bool], Any] = {}
         self._index = _SlotIndex()
@@ -345,11 +338,13 @@ class GraphCodePredictorStage(FrameStage):
         if fn is not None:
             return fn
         buffers = self._buffers.setdefault(rows, _PredictorBuffers(self.model, rows))
-        settings = Sampling(buffers.temperature, buffers.top_k, buffers.top_p, sampled)
-        model, generator = self.model, self.generator
+        settings = Sampling(
+            buffers.temperature, buffers.top_k, buffers.top_p, sampled, buffers.seed
+        )
+        model = self.model
 
         def sampler(logits: torch.Tensor, group: int) -> torch.Tensor:
-            return sample(logits, settings, generator)
+            return sample(logits, settings, buffers.frame, group)
 
         def step() -> tuple[torch.Tensor, ...]:
             buffers.cache.reset()
@@ -386,6 +381,8 @@ class GraphCodePredictorStage(FrameStage):
             strict=True,
         ):
             mine[:n].copy_(table.index_select(0, index))
+        buffers.seed[:n].copy_(tables.seed.index_select(0, index))
+        buffers.frame[:n].copy_(tables.made.index_select(0, index) - 1)  # counted already
         (codes,) = self.runner.run((rows, sampled), fn)
         return StepOutput(tokens=codes[:n], stop=out.stop)
 

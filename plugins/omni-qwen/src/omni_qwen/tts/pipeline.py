@@ -17,6 +17,7 @@ unless the request sets ``temperature`` (0: greedy, what the fidelity tests use)
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -298,6 +299,8 @@ class Qwen3TTSPipeline(AutoregressiveSpeechPipeline):
         device = model.device
         data = {
             "prompt": prompt,
+            # keys the sampling noise (stages.sample): a seed gives the same audio in any batch
+            "seed": request.seed if request.seed is not None else secrets.randbits(62),
             "made": torch.zeros((), dtype=torch.long, device=device),
             "min_new_tokens": torch.tensor(int(extras["min_new_tokens"]), device=device),
             "repetition_penalty": torch.tensor(

@@ -10,6 +10,9 @@
 
 Sampling is per row (each request's own temperature / top-k / top-p, greedy at temperature 0)
 and vectorised, so rows with different settings share a step; nothing reads the device back.
+Its noise is omni's seeded draw (:func:`omni_core.runtime.row_uniform`), keyed by the request's
+seed, the frame, the codebook and the token id: a seeded request speaks the same audio whatever
+else shares its steps (a shared generator's draws would depend on the other rows).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from omni_core.runtime import SlotCache
+from omni_core.runtime import SlotCache, row_uniform
 from omni_core.speech import ARState, ChunkDecoder, DecoderStage, FrameStage, StepOutput
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,6 +37,8 @@ class Sampling:
     top_k: torch.Tensor
     top_p: torch.Tensor
     any: bool
+    #: Each row's seed (``[B]`` long): the request's, or one drawn when it named none.
+    seed: torch.Tensor
 
     @classmethod
     def of(cls, states: list[ARState], prefix: str, device: Any) -> Sampling:
@@ -43,6 +48,7 @@ class Sampling:
             top_k=torch.tensor([int(s.data[f"{prefix}top_k"]) for s in states], device=device),
             top_p=torch.tensor([float(s.data[f"{prefix}top_p"]) for s in states], device=device),
             any=any(t > 0 for t in temps),
+            seed=torch.tensor([int(s.data["seed"]) for s in states], device=device),
         )
 
 
@@ -63,10 +69,17 @@ class _BatchSettings:
         return self._value
 
 
+#: Draws per frame in the noise's step counter: codebook 0 (the talker) and 1..15 (predictor).
+DRAWS_PER_FRAME = 32
+
+
 def sample(
-    logits: torch.Tensor, settings: Sampling, generator: torch.Generator | None = None
+    logits: torch.Tensor, settings: Sampling, frame: torch.Tensor, group: int = 0
 ) -> torch.Tensor:
-    """One token per row of ``logits [B, V]`` with each row's settings; temperature 0: argmax."""
+    """One token per row of ``logits [B, V]`` with each row's settings; temperature 0: argmax.
+
+    ``frame`` (``[B]`` long) is each row's frame index and ``group`` the codebook: with the row's
+    seed they key the noise, so a row draws the same token alone or beside any others."""
     greedy = logits.argmax(-1)
     if not settings.any:
         return greedy
@@ -78,10 +91,12 @@ def sample(
     keep = (ranks < k[:, None]) & ((probs.cumsum(-1) - probs) < settings.top_p[:, None])
     keep[:, 0] = True
     weights = ordered.masked_fill(~keep, float("-inf")).softmax(-1)
-    # multinomial's own one-sample draw (argmax of p / Exp(1) noise: the same token from the
-    # same generator) without its host-side check, so a CUDA graph can capture it
-    noise = torch.empty_like(weights).exponential_(1, generator=generator)
-    sampled = index.gather(-1, (weights / noise).argmax(-1, keepdim=True))[:, 0]
+    # the exponential race (argmax of p / Exp(1) noise: a draw from p), the noise keyed by token
+    # id and computed on the device, so a CUDA graph can capture it
+    steps = frame * DRAWS_PER_FRAME + group
+    uniform = row_uniform(settings.seed, steps, ordered.shape[-1]).gather(-1, index)
+    race = weights.double() / -torch.log(uniform)
+    sampled = index.gather(-1, race.argmax(-1, keepdim=True))[:, 0]
     return torch.where(settings.temperature > 0, sampled, greedy)
 
 
@@ -90,9 +105,8 @@ def _stack(states: list[ARState], key: str) -> torch.Tensor:
 
 
 class TalkerStage(DecoderStage):
-    def __init__(self, model: Qwen3TTSModel, generator: torch.Generator | None = None) -> None:
+    def __init__(self, model: Qwen3TTSModel) -> None:
         self.model = model
-        self.generator = generator
         self.settings = _BatchSettings("")
 
     def prompt_length(self, state: ARState) -> int:
@@ -120,7 +134,7 @@ class TalkerStage(DecoderStage):
         penalised = torch.where(scores < 0, scores * penalty, scores / penalty)
         least = _stack(states, "min_new_tokens")[:, None]
         scores = model.codec0_logits(torch.where(seen, penalised, scores), None, made, 1.0, least)
-        code0 = sample(scores, self.settings(states), self.generator)
+        code0 = sample(scores, self.settings(states), made)
         seen = seen.scatter(1, code0[:, None], True)
         for row, state in enumerate(states):
             state.data["seen"] = seen[row]
@@ -141,17 +155,17 @@ class TalkerStage(DecoderStage):
 
 
 class CodePredictorStage(FrameStage):
-    def __init__(self, model: Qwen3TTSModel, generator: torch.Generator | None = None) -> None:
+    def __init__(self, model: Qwen3TTSModel) -> None:
         self.model = model
-        self.generator = generator
         self.settings = _BatchSettings("sub_")
 
     def run(self, states: list[ARState], out: StepOutput) -> StepOutput:
         assert out.hidden is not None
         settings = self.settings(states)
+        frame = _stack(states, "made") - 1  # the talker counted this frame already
 
         def sampler(logits: torch.Tensor, group: int) -> torch.Tensor:
-            return sample(logits, settings, self.generator)
+            return sample(logits, settings, frame, group)
 
         codes = self.model.predict_codes(out.hidden, out.tokens[:, 0], sampler=sampler)
         return StepOutput(tokens=codes, stop=out.stop)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -47,12 +48,14 @@ from omni_core.chat.pipeline import ChatPipeline
 from omni_core.contract.messages import ChatDelta, ChatUsage
 from omni_core.contract.types import AudioChunk, GenerationResult
 from omni_core.runtime.jobs import Job
-from omni_core.serving import chat_inputs, compat, media
+from omni_core.serving import chat_inputs, compat, media, stage_metrics, streams
 from omni_core.serving.errors import from_exception
 from omni_core.serving.http import await_job, request_id, submit_streaming, validate
 from omni_core.serving.models import ServedModel
 from omni_core.serving.schemas import ChatAnswerBody, ChatAudio
 from omni_core.serving.state import ServerState
+
+log = logging.getLogger("omni.serving")
 
 #: Seconds an audio answer's transcript is kept for later turns that name it (``expires_at``).
 AUDIO_TTL_S = 3600
@@ -141,10 +144,13 @@ async def answer(
     def remember(transcript: str) -> None:
         state.transcripts.remember(audio_id, expires, transcript)
 
+    reported = stage_metrics.requested(request, state.config)
+
     if not body.stream:
         result = await await_job(served, state.submit(served, Job(gen)), request)
         text = result.text or ""
         message: dict[str, Any] = {"role": "assistant", "content": text}
+        t0 = time.perf_counter()
         if spoken:
             import numpy as np
 
@@ -166,15 +172,15 @@ async def answer(
             choices.append(
                 {"index": 0, "message": spoken_message, "logprobs": None, "finish_reason": "stop"}
             )
-        return JSONResponse(
-            {
-                **head,
-                "object": "chat.completion",
-                "choices": choices,
-                "usage": _usage(result.info.get("usage") or ChatUsage()),
-            },
-            headers=headers,
-        )
+        payload = {
+            **head,
+            "object": "chat.completion",
+            "choices": choices,
+            "usage": _usage(result.info.get("usage") or ChatUsage()),
+        }
+        if reported:  # where vLLM-Omni's benchmark reads them
+            payload["metrics"] = stage_metrics.metrics(result, time.perf_counter() - t0)
+        return JSONResponse(payload, headers=headers)
 
     job, queue, first = await submit_streaming(state, served, gen)
     engine = served.engine
@@ -193,21 +199,32 @@ async def answer(
         return f"data: {json.dumps(chunk)}\n\n".encode()
 
     def closing(result: GenerationResult, last: dict[str, Any], **extra: Any) -> list[bytes]:
-        """The last choice chunk (with the finish reason), the usage chunk when asked, DONE."""
+        """The last choice chunk (with the finish reason, and the metrics when asked for),
+        the usage chunk when asked, DONE."""
+        if reported:
+            extra["metrics"] = stage_metrics.metrics(result)
         out = [event(last, result.info.get("finish_reason", "stop"), **extra)]
         if include_usage:
             out.append(event(None, usage=_usage(result.info.get("usage") or ChatUsage())))
         return [*out, b"data: [DONE]\n\n"]
 
     async def guarded(chunks: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
-        """``chunks``, and the answer cancelled if the client leaves before its end."""
+        """``chunks`` (an exception among them ends the stream with an error event), and the
+        answer cancelled if the client leaves before its end."""
+        events = streams.end_with_error_event(chunks, gen.request_id, _error_event)
         try:
-            async for chunk in chunks:
+            async for chunk in events:
                 yield chunk
         finally:
+            await events.aclose()
             await chunks.aclose()
             if not job.future.done():
                 engine.cancel(job, "the client disconnected")
+
+    def failed(exc: BaseException) -> bytes:
+        """The error event of an answer that failed mid-stream (the engine's outcome)."""
+        log.error("request %s failed mid-stream: %s", gen.request_id, exc)
+        return _error_event(exc)
 
     async def vllm_events() -> AsyncGenerator[bytes, None]:
         """vLLM-Omni's stream: each chunk says its ``modality``; an audio chunk's
@@ -225,7 +242,7 @@ async def answer(
                 yield event({"content": media.b64(wav)}, modality="audio")
             item = await queue.get()
         if (exc := item.exception()) is not None:
-            yield _error_event(exc)
+            yield failed(exc)
             return
         for chunk in closing(item.result(), {}, modality="audio" if spoken else "text"):
             yield chunk
@@ -242,17 +259,13 @@ async def answer(
                 delta["content"] = item.text
                 if audio is not None:
                     delta["audio"] = {"id": audio_id, "transcript": item.text}
-            try:
-                if audio is not None and item.audio is not None:
-                    audio.add(delta, item.audio)
-            except Exception as exc:  # noqa: BLE001 - e.g. a rate the format cannot carry
-                yield _error_event(exc)
-                return
+            if audio is not None and item.audio is not None:
+                audio.add(delta, item.audio)  # raising (a rate the format cannot carry): guarded
             if delta:
                 yield event(delta)
             item = await queue.get()
         if (exc := item.exception()) is not None:
-            yield _error_event(exc)
+            yield failed(exc)
             return
         last: dict[str, Any] = {}
         if audio is not None:

@@ -27,7 +27,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from omni_core.runtime.jobs import Job
-from omni_core.serving import compat, media
+from omni_core.serving import compat, media, stage_metrics, streams
 from omni_core.serving.errors import from_exception, invalid
 from omni_core.serving.http import await_job, diffusion_fields, request_id, validate
 from omni_core.serving.models import ServedModel, pick
@@ -181,6 +181,8 @@ async def answer(
         ]
         return [parts[i * per_choice : (i + 1) * per_choice] for i in range(body.n)]
 
+    reported = stage_metrics.requested(request, config)
+
     if not body.stream:
         try:
             results = [await await_job(served, job, request) for job in jobs]
@@ -189,22 +191,24 @@ async def answer(
                 if not job.future.done() and served.engine is not None:
                     served.engine.cancel(job, "another size of this request failed")
             raise
-        return JSONResponse(
-            {
-                **head,
-                "object": "chat.completion",
-                "choices": [
-                    {
-                        "index": i,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
-                    }
-                    for i, content in enumerate(await choices(results))
-                ],
-                "usage": usage,
-            },
-            headers=headers,
-        )
+        t0 = time.perf_counter()
+        contents = await choices(results)
+        payload = {
+            **head,
+            "object": "chat.completion",
+            "choices": [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+                for i, content in enumerate(contents)
+            ],
+            "usage": usage,
+        }
+        if reported:  # vLLM-Omni's benchmark reads metrics.stage_durations / .peak_memory_mb
+            payload["metrics"] = stage_metrics.metrics(results[0], time.perf_counter() - t0)
+        return JSONResponse(payload, headers=headers)
 
     include_usage = bool((body.stream_options or {}).get("include_usage"))
 
@@ -221,13 +225,19 @@ async def answer(
                     for i in range(body.n)
                 ]
             )
-            try:
-                results = [await asyncio.wrap_future(job.future) for job in jobs]
-            except Exception as exc:  # noqa: BLE001 - sent as an error event
-                yield f"data: {json.dumps(from_exception(exc).body())}\n\n".encode()
-                return
-            for i, content in enumerate(await choices(results)):
-                yield event([{"index": i, "delta": {"content": content}, "finish_reason": "stop"}])
+            results = [
+                await asyncio.wrap_future(job.future) for job in jobs
+            ]  # raising: an error event
+            t0 = time.perf_counter()
+            contents = await choices(results)
+            ran = (
+                {"metrics": stage_metrics.metrics(results[0], time.perf_counter() - t0)}
+                if reported
+                else {}
+            )
+            for i, content in enumerate(contents):
+                delta = {"content": content}
+                yield event([{"index": i, "delta": delta, "finish_reason": "stop"}], **ran)
             if include_usage:
                 yield event([], usage=usage)
             yield b"data: [DONE]\n\n"
@@ -236,8 +246,11 @@ async def answer(
                 if not job.future.done() and engine is not None:
                     engine.cancel(job, "the client disconnected")
 
+    def error_event(exc: BaseException) -> bytes:
+        return f"data: {json.dumps(from_exception(exc).body())}\n\n".encode()
+
     return StreamingResponse(
-        stream(),
+        streams.end_with_error_event(stream(), rid, error_event),
         media_type="text/event-stream",
         headers={**headers, "Cache-Control": "no-cache"},
     )

@@ -18,7 +18,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.datastructures import UploadFile
 
 from omni_core.runtime.jobs import Job
-from omni_core.serving import compat, media
+from omni_core.serving import compat, media, stage_metrics
 from omni_core.serving.errors import APIError, invalid
 from omni_core.serving.http import (
     FORM_TYPES,
@@ -82,9 +82,14 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         result = await await_job(served, job, http_request)
         images = list(result.images or [])
         fmt = body.output_format
+        t0 = time.perf_counter()
         encoded = await asyncio.to_thread(lambda: [media.encode_image(im, fmt) for im in images])
+        ran = stage_metrics.metrics(result, time.perf_counter() - t0)
         if body.response_format == "file":
-            return file_response(encoded, fmt, compat.headers(http_request))
+            headers = compat.headers(http_request)
+            if stage_metrics.requested(http_request, config):
+                headers["X-Omni-Metrics"] = json.dumps(ran)
+            return file_response(encoded, fmt, headers)
         data = []
         for blob in encoded:
             if body.response_format == "url":
@@ -101,6 +106,10 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
             "output_format": fmt,
             "usage": {"steps": int(result.timings.get("steps", 0))},
         }
+        if stage_metrics.requested(http_request, config):  # where vLLM-Omni's benchmark reads them
+            payload["stage_durations"] = ran["stage_durations"]
+            payload["peak_memory_mb"] = ran["peak_memory_mb"]
+            payload["usage"]["peak_memory_mb"] = ran["peak_memory_mb"]
         return JSONResponse(payload, headers=compat.headers(http_request))
 
     def file_response(encoded: list[bytes], fmt: str, headers: dict[str, str]) -> Response:

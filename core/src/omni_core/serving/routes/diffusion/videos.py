@@ -16,8 +16,8 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 
 from omni_core.contract.requests import clip_seconds, make_request
 from omni_core.contract.types import GenerationRequest
-from omni_core.serving import compat, media
-from omni_core.serving.errors import APIError, invalid
+from omni_core.serving import compat, media, stage_metrics
+from omni_core.serving.errors import APIError, ClientGone, invalid
 from omni_core.serving.http import (
     FORM_TYPES,
     await_job,
@@ -235,7 +235,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         while record is not None and record.status not in TERMINAL:
             if await request.is_disconnected():
                 await cancel(record)
-                raise asyncio.CancelledError  # nobody is left to answer
+                raise ClientGone(f"the client disconnected; video job {job_id} cancelled")
             await asyncio.sleep(delay)
             delay = min(0.5, delay * 2)
             record = await asyncio.to_thread(store.get, job_id)
@@ -255,6 +255,8 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 code="video_content_missing",
             )
         headers = {**compat.headers(request), "X-Omni-Video-Id": job_id}
+        if record.metrics and stage_metrics.requested(request, config):
+            headers["X-Omni-Metrics"] = json.dumps(record.metrics)
         return Response(data, media_type="video/mp4", headers=headers)
 
     async def cancel(record: JobRecord) -> None:
@@ -280,6 +282,7 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
 
     @router.get("/videos", summary="List video jobs")
     async def list_videos(
+        request: Request,
         limit: int = Query(20, ge=1, le=100),
         order: Literal["asc", "desc"] = "desc",
         after: str | None = Query(None, max_length=100),
@@ -287,7 +290,8 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         assert state.store is not None
         records = state.store.list(order=order, limit=limit + 1, after=after)
         has_more = len(records) > limit
-        data = [r.as_api(keep_s) for r in records[:limit]]
+        reported = stage_metrics.requested(request, config)
+        data = [r.as_api(keep_s, timings=reported) for r in records[:limit]]
         return {
             "object": "list",
             "data": data,
@@ -297,8 +301,10 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
         }
 
     @router.get("/videos/{video_id}", summary="Get a video job")
-    async def get_video(video_id: str) -> dict[str, Any]:
-        return record_or_404(video_id).as_api(keep_s)
+    async def get_video(video_id: str, request: Request) -> dict[str, Any]:
+        return record_or_404(video_id).as_api(
+            keep_s, timings=stage_metrics.requested(request, config)
+        )
 
     @router.get(
         "/videos/{video_id}/content",

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from omni_core.contract.types import AudioChunk, GenerationRequest, GenerationResult
 from omni_core.runtime.jobs import Job
-from omni_core.serving import compat, media
+from omni_core.serving import compat, media, stage_metrics, streams
 from omni_core.serving.errors import APIError, from_exception
 from omni_core.serving.http import (
     await_job,
@@ -153,12 +155,13 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                 from omni_core.media import dsp
 
                 audio, rate = dsp.resample(audio, rate, body.sample_rate), body.sample_rate
+            t0 = time.perf_counter()
             encoded = await asyncio.to_thread(media.encode_audio, audio, rate, fmt)
-            return Response(
-                encoded,
-                media_type=media.AUDIO_MEDIA_TYPES[fmt],
-                headers={**headers, "x-omni-sample-rate": str(rate)},
-            )
+            headers["x-omni-sample-rate"] = str(rate)
+            if stage_metrics.requested(request, state.config):  # the body is audio: a header
+                ran = stage_metrics.metrics(result, time.perf_counter() - t0)
+                headers["X-Omni-Metrics"] = json.dumps(ran)
+            return Response(encoded, media_type=media.AUDIO_MEDIA_TYPES[fmt], headers=headers)
 
         # stream_format wins; stream: true alone is vLLM-Omni's request for events.
         sse = (body.stream_format or "sse") == "sse"
@@ -199,46 +202,57 @@ def add_routes(router: APIRouter, state: ServerState) -> None:
                     timings.write(marks)
 
         async def audio_stream() -> AsyncIterator[bytes]:
-            async for item in items():
-                if isinstance(item, AudioChunk):
-                    data = encoder.encode(item.samples)
-                    if data:
-                        if marks is not None:
-                            marks.mark("first_bytes")
-                        yield data
-                elif item.exception() is not None:
-                    log.error("request %s failed mid-stream: %s", gen.request_id, item.exception())
-                    return
-                else:
-                    tail = encoder.close()
-                    if tail:
-                        yield tail
+            async with contextlib.aclosing(items()) as pieces:
+                async for item in pieces:
+                    if isinstance(item, AudioChunk):
+                        data = encoder.encode(item.samples)
+                        if data:
+                            if marks is not None:
+                                marks.mark("first_bytes")
+                            yield data
+                    elif (exc := item.exception()) is not None:
+                        raise streams.cut(gen.request_id, exc)  # not a whole file: cut it
+                    else:
+                        tail = encoder.close()
+                        if tail:
+                            yield tail
 
         async def sse_stream() -> AsyncIterator[bytes]:
             samples = 0
-            async for item in items():
-                if isinstance(item, AudioChunk):
-                    samples += len(item.samples)
-                    event = {
-                        "type": "speech.audio.delta",
-                        "audio": base64.b64encode(encoder.encode(item.samples)).decode(),
-                    }
-                elif (exc := item.exception()) is not None:
-                    event = {"type": "error", "error": from_exception(exc).body()["error"]}
-                else:
-                    event = {
-                        "type": "speech.audio.done",
-                        "sample_rate": rate,
-                        "audio_seconds": samples / rate,
-                        "usage": {
-                            "input_tokens": len(body.input),
-                            "output_tokens": 0,
-                            "total_tokens": len(body.input),
-                        },
-                    }
-                yield f"data: {json.dumps(event)}\n\n".encode()
+            async with contextlib.aclosing(items()) as pieces:
+                async for item in pieces:
+                    if isinstance(item, AudioChunk):
+                        samples += len(item.samples)
+                        event = {
+                            "type": "speech.audio.delta",
+                            "audio": base64.b64encode(encoder.encode(item.samples)).decode(),
+                        }
+                    elif (exc := item.exception()) is not None:
+                        log.error("request %s failed mid-stream: %s", gen.request_id, exc)
+                        yield error_event(exc)
+                        return
+                    else:
+                        event = {
+                            "type": "speech.audio.done",
+                            "sample_rate": rate,
+                            "audio_seconds": samples / rate,
+                            "usage": {
+                                "input_tokens": len(body.input),
+                                "output_tokens": 0,
+                                "total_tokens": len(body.input),
+                            },
+                        }
+                        if stage_metrics.requested(request, state.config):
+                            event["metrics"] = stage_metrics.metrics(item.result())
+                    yield f"data: {json.dumps(event)}\n\n".encode()
+
+        def error_event(exc: BaseException) -> bytes:
+            event = {"type": "error", "error": from_exception(exc).body()["error"]}
+            return f"data: {json.dumps(event)}\n\n".encode()
 
         headers = {**headers, "x-omni-sample-rate": str(rate), "Cache-Control": "no-cache"}
         if sse:
-            return StreamingResponse(sse_stream(), media_type="text/event-stream", headers=headers)
-        return StreamingResponse(audio_stream(), media_type=encoder.media_type, headers=headers)
+            events = streams.end_with_error_event(sse_stream(), gen.request_id, error_event)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        chunks = streams.cut_on_error(audio_stream(), gen.request_id)
+        return StreamingResponse(chunks, media_type=encoder.media_type, headers=headers)
