@@ -121,6 +121,8 @@ def test_wan_cli_rejects_bad_parallel_layout(tiny_wan: Any, tmp_path: Path) -> N
         "video",
         str(tiny_wan("t2v")),
         "a cat",
+        "--size",
+        "64x64",
         "--ulysses-degree",
         "4",
         "-o",

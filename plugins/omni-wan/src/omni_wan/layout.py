@@ -137,9 +137,6 @@ class WanLayout:
                 f"try {k * self.vae_temporal + 1}",
                 param="num_frames",
             )
-        problem = self.position_error(height, width, frames)
-        if problem is not None:
-            raise problem
         if request.num_outputs != 1:
             raise InvalidRequestError(
                 "Wan generates one video per request; send several requests instead",
@@ -181,6 +178,11 @@ class WanLayout:
                 f"Wan2.1 I2V needs max_sequence_length={I2V_TEXT_TOKENS}",
                 param="max_sequence_length",
             )
+        # last: a default size too large for a small checkpoint is reported after what the
+        # request itself got wrong
+        problem = self.position_error(height, width, frames)
+        if problem is not None:
+            raise problem
         return request.model_copy(
             update={
                 "height": height,
