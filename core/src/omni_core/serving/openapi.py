@@ -166,6 +166,12 @@ SUCCESS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("get", "/health"): ("200", {"application/json": {"schema": {"type": "object"}}}),
 }
 SUCCESS[("post", "/v1/images/edits")] = SUCCESS[("post", "/v1/images/generations")]
+SUCCESS[("post", "/v1/audio/generate")] = (
+    "200",
+    {t: _BINARY for t in ("audio/wav", "audio/mpeg", "audio/flac", "audio/pcm")},
+)
+# vLLM's liveness probe answers an empty body, with no content type
+SUCCESS[("get", "/ping")] = SUCCESS[("post", "/ping")] = ("200", {})
 
 
 def _responses(path: str, method: str, operation: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ from omni_core.serving import compat, probes
 from omni_core.serving.openapi_diffusion import chat_image_branch, image_branch, video_branch
 from omni_core.serving.openapi_fields import NOT_BLANK, field_schemas, ignored_fields, model_branch
 from omni_core.serving.schemas import (
+    AudioGenerationBody,
     ChatAnswerBody,
     ChatBody,
     ImageEditBody,
@@ -52,6 +53,7 @@ ENDPOINTS: dict[type[BaseModel], str] = {
     VideoBody: "videos",
     SpeechBody: "speech",
     ChatBody: "chat",
+    AudioGenerationBody: "audio.generate",
 }
 
 
@@ -230,6 +232,23 @@ def branches(state: ServerState, endpoint: str, *, multipart: bool) -> list[dict
         models = candidates(state, ("speech",))
         for served in models:
             out += speech_branches(state, served, len(models) == 1)
+    elif endpoint == "audio.generate":
+        models = [m for m in candidates(state, ("audio",)) if "t2a" in m.tasks]
+        fields = field_schemas(AudioGenerationBody)
+        fields.pop("model", None)
+        for served in models:
+            probe = probes.Probe(state, served)
+            props = dict(fields)
+            longest = probes.bounds(
+                lambda s, p=probe: p.ok({"prompt": "a", "duration_s": s}), 1e-3, 600.0, 1e-3,
+                integer=False,
+            )  # fmt: skip
+            if longest is None:
+                continue
+            for name in ("audio_length", "audio_end_in_s"):
+                props[name] = {**props[name], "maximum": longest[1]}
+            props.pop("exclusiveMaximum", None)
+            out.append(model_branch(served.id, props, ["input"], len(models) == 1))
     elif endpoint == "chat":
         models = candidates(state, ("image", "chat"))
         for served in models:

@@ -259,3 +259,34 @@ class ChatAnswerBody(_Body):
     @classmethod
     def _no_null(cls, value: Any) -> Any:
         return False if value is None else value
+
+
+#: The longest clip ``/v1/audio/generate`` makes, whatever the model says (seconds).
+MAX_AUDIO_S = 600.0
+
+
+class AudioGenerationBody(BaseModel):
+    """POST /v1/audio/generate (unknown fields are the pipeline's extras)."""
+
+    model_config = ConfigDict(extra="allow", str_max_length=100_000)
+
+    model: str | None = Field(None, description="Model id (/v1/models); optional with one model.")
+    input: str = Field(min_length=1, max_length=32_000, description="What to hear.")
+    negative_prompt: str | None = Field(None, max_length=32_000)
+    audio_length: float | None = Field(
+        None, gt=0.0, le=MAX_AUDIO_S, description="Seconds of audio (the model's default if unset)."
+    )
+    audio_start: float | None = Field(None, ge=0.0, le=MAX_AUDIO_S, description="Start, seconds.")
+    audio_end_in_s: float | None = Field(
+        None, gt=0.0, le=MAX_AUDIO_S, description="diffusers' end: audio_start + audio_length."
+    )
+    num_inference_steps: int | None = Field(None, ge=1, le=1000)
+    guidance_scale: float | None = Field(None, ge=0.0, le=100.0)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    response_format: str = Field("wav", description="wav, pcm (s16le), flac or mp3.")
+    speed: float = Field(1.0, description="vLLM-Omni's; only 1 (generated audio is not sped up).")
+    stream_format: str | None = Field(None, description='"audio" (the file) or unset.')
+    lora: list[dict[str, Any] | str] | dict[str, Any] | str | None = None
+
+    def extras(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})

@@ -18,7 +18,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from omni_core.contract.errors import InvalidRequestError
 from omni_core.media import audio as codecs
@@ -28,10 +27,10 @@ from omni_core.serving.errors import APIError, from_exception, invalid
 from omni_core.serving.http import await_job, read_json, request_id, validate
 from omni_core.serving.models import pick
 from omni_core.serving.openapi import body_spec
+from omni_core.serving.schemas import MAX_AUDIO_S, AudioGenerationBody
 from omni_core.serving.state import ServerState
 
 #: The longest clip one request may ask for (the model's own limit is usually far lower).
-MAX_AUDIO_S = 600.0
 #: vLLM-Omni's field names first, then the aliases (diffusers' names) -> the same value.
 _ALIASES = {
     "input": ("prompt",),
@@ -41,33 +40,6 @@ _ALIASES = {
 
 #: The shared request's field -> the body's (for the ``param`` of a refusal).
 _BODY_NAMES = {"duration_s": "audio_length", "audio_start_s": "audio_start", "prompt": "input"}
-
-
-class AudioGenerationBody(BaseModel):
-    """POST /v1/audio/generate (unknown fields are the pipeline's extras)."""
-
-    model_config = ConfigDict(extra="allow", str_max_length=100_000)
-
-    model: str | None = Field(None, description="Model id (/v1/models); optional with one model.")
-    input: str = Field(min_length=1, max_length=32_000, description="What to hear.")
-    negative_prompt: str | None = Field(None, max_length=32_000)
-    audio_length: float | None = Field(
-        None, gt=0.0, le=MAX_AUDIO_S, description="Seconds of audio (the model's default if unset)."
-    )
-    audio_start: float | None = Field(None, ge=0.0, le=MAX_AUDIO_S, description="Start, seconds.")
-    audio_end_in_s: float | None = Field(
-        None, gt=0.0, le=MAX_AUDIO_S, description="diffusers' end: audio_start + audio_length."
-    )
-    num_inference_steps: int | None = Field(None, ge=1, le=1000)
-    guidance_scale: float | None = Field(None, ge=0.0, le=100.0)
-    seed: int | None = Field(None, ge=0, lt=2**63)
-    response_format: str = Field("wav", description="wav, pcm (s16le), flac or mp3.")
-    speed: float = Field(1.0, description="vLLM-Omni's; only 1 (generated audio is not sped up).")
-    stream_format: str | None = Field(None, description='"audio" (the file) or unset.')
-    lora: list[dict[str, Any] | str] | dict[str, Any] | str | None = None
-
-    def extras(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
 
 
 def _unalias(data: dict[str, Any]) -> dict[str, Any]:
