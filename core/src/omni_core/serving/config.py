@@ -93,6 +93,8 @@ class ServerConfig(BaseModel):
     max_aspect_ratio: float | None = Field(DEFAULT_MAX_ASPECT_RATIO, ge=1)
     max_cost: int | None = Field(DEFAULT_MAX_COST, ge=1)
     warmup: bool = True
+    #: The browser playground at ``/`` and ``/playground`` (omni_core.serving.playground).
+    playground: bool = True
     #: Shared request fields of the warm-up of image and video models (e.g. a small size).
     warmup_request: dict[str, Any] = Field(default_factory=dict)
     shutdown_grace_s: float = Field(30.0, ge=0)
