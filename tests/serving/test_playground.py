@@ -75,7 +75,7 @@ class Page:
         self.driver.execute_script("window.localStorage.clear()")
         self.driver.get(f"{self.server.url}{path}")
         if key is not None:
-            self.wait(lambda: self.by("key-needed").is_displayed())
+            self.wait(lambda: self.by("key-needed").is_displayed(), errors_ok=True)
             self.by("api-key").send_keys(key)
             self.driver.find_element("id", "key-use").click()
             self.wait(lambda: self.driver.execute_script("return document.body.dataset.models"))
@@ -88,7 +88,10 @@ class Page:
     def all(self, testid: str) -> list[Any]:
         return self.driver.find_elements("css selector", f'[data-testid="{testid}"]')
 
-    def wait(self, predicate: Callable[[], Any], timeout: float = WAIT_S) -> Any:
+    def wait(
+        self, predicate: Callable[[], Any], timeout: float = WAIT_S, *, errors_ok: bool = False
+    ) -> Any:
+        """Poll ``predicate``; an error the page shows fails at once (unless expected)."""
         from selenium.webdriver.support.ui import WebDriverWait
 
         def check(_: Any) -> Any:
@@ -96,11 +99,19 @@ class Page:
                 "const e = document.querySelector('[data-testid=error]');"
                 "return e && !e.hidden ? e.textContent : null"
             )
-            if error and not self.expect_error:
+            if error and not (errors_ok or self.expect_error):
                 raise AssertionError(f"the page shows an error: {error}")
             return predicate()
 
-        return WebDriverWait(self.driver, timeout, poll_frequency=0.05).until(check)
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        waiting = WebDriverWait(
+            self.driver,
+            timeout,
+            poll_frequency=0.05,
+            ignored_exceptions=(StaleElementReferenceException,),  # the page redrew it
+        )
+        return waiting.until(check)
 
     expect_error = False
 
@@ -190,10 +201,14 @@ def test_no_playground_leaves_the_page_out(live_server: LiveServer) -> None:
 
     from omni_core.serving import create_app
 
-    config = server_config(live_server.checkpoints, live_server.state_dir, playground=False)
-    client = TestClient(create_app(config))  # no lifespan: nothing loads
-    assert client.get("/").status_code == 404
-    assert client.get("/playground").status_code == 404
+    def app(**fields: Any) -> TestClient:  # no lifespan: nothing loads
+        config = server_config(live_server.checkpoints, live_server.state_dir, **fields)
+        return TestClient(create_app(config), base_url="http://127.0.0.1")
+
+    assert app().get("/").status_code == 200
+    off = app(playground=False)
+    for path in ("/", "/playground", "/playground/static/app.js"):
+        assert off.get(path).status_code == 404, path
 
 
 def test_the_page_asks_for_the_key_and_remembers_it_only_when_told(page: Page) -> None:
@@ -318,7 +333,8 @@ def test_speech_plays_before_the_request_ends(page: Page) -> None:
     assert float(marks["startedAt"]) < float(marks["doneAt"]), marks
     assert marks["playingOnStart"] == "true", marks
     assert page.driver.execute_script("return arguments[0].src", audio).startswith("blob:")
-    assert f'"voice": "{voices[-1]}"' in page.by("snippet-python").get_attribute("textContent")
+    page.wait(lambda: page.driver.execute_script("return arguments[0].duration", audio) > 0)
+    assert f'voice="{voices[-1]}"' in page.by("snippet-python").get_attribute("textContent")
     page.shot("speech")
 
 
@@ -360,6 +376,7 @@ def test_a_chat_turn_with_a_spoken_answer(chat_page: Page) -> None:
     page.wait(lambda: page.data(audio).get("complete") == "true")
     marks = page.data(audio)
     assert float(marks["startedAt"]) < float(marks["doneAt"]), marks
+    page.wait(lambda: page.driver.execute_script("return arguments[0].duration", audio) > 0)
     page.shot("chat")
     # A second turn carries the conversation.
     page.fill("chat-input", "and again")

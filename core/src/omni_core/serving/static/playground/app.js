@@ -76,10 +76,10 @@ function extraInput(name, schema, defs) {
       min: prop.minimum ?? prop.exclusiveMinimum,
       max: prop.maximum ?? prop.exclusiveMaximum,
       step: type === "integer" ? 1 : "any",
-      placeholder: schema.default !== undefined ? String(schema.default) : "default",
+      placeholder: schema.default !== undefined && schema.default !== null ? String(schema.default) : "default",
     });
   } else if (type === "string") {
-    el = h("input", { ...attrs, type: "text", placeholder: schema.default ?? "default", maxlength: prop.maxLength });
+    el = h("input", { ...attrs, type: "text", placeholder: String(schema.default ?? "default"), maxlength: prop.maxLength });
   } else {
     return null; // lists and objects: not a form field (send them from code)
   }

@@ -128,7 +128,9 @@ export async function sendChat({ model, knobs }) {
     const url = wav.player.finish();
     if (url !== null) answer.li.append(h("a", { class: "download", href: url, download: "answer.wav" }, "Download WAV"));
   }
-  chat.messages.push({ role: "assistant", content: reply });
+  // The conversation goes back as text; the server refuses NUL characters in messages (a
+  // model with random weights may say them).
+  chat.messages.push({ role: "assistant", content: reply.replaceAll("\u0000", "") });
   const thumb = h("span", { class: "muted" }, reply.slice(0, 120));
   addToGallery({ title: text || "(attachments)", model, thumb, request: { kind: "chat", path: "/v1/chat/completions", body } });
 }

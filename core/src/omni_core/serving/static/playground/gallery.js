@@ -25,13 +25,15 @@ function snippet(label, testid, text) {
   return h("div", {}, h("div", { class: "snippet-head" }, h("span", {}, label), button), pre);
 }
 
+const short = (text) => (text.length > 160 ? `${text.slice(0, 160)}…` : text);
+
 /** `entry`: { title, model, thumb (an element or null), request (see snippets.js) }. */
 export function addToGallery(entry) {
   const origin = window.location.origin;
   const item = h(
     "li",
     { "data-testid": "gallery-item", "data-kind": entry.request.kind },
-    h("div", { class: "what" }, h("strong", {}, entry.model), " · ", entry.title),
+    h("div", { class: "what", title: entry.title }, h("strong", {}, entry.model), " · ", short(entry.title)),
     entry.thumb,
     h(
       "details",
