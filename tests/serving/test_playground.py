@@ -322,6 +322,8 @@ def test_speech_plays_before_the_request_ends(page: Page) -> None:
     page.pick("tts", "speech")
     voices = page.values("voice-select")
     assert voices, "the voice picker lists the model's voices"
+    # The upload form (with its consent box) is for models that clone voices; this one does not.
+    assert not page.by("voice-upload").is_displayed()
     page.choose("voice-select", voices[-1])
     text = " ".join(f"This is sentence number {i} of the playground test." for i in range(12))
     page.fill("prompt", text)
