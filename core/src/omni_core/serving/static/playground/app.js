@@ -20,7 +20,7 @@ const PATHS = Object.fromEntries(Object.entries(TASKS).map(([path, [task]]) => [
 const SHARED = {
   negative_prompt: { label: "Negative prompt", type: "text" },
   size: { label: "Size (WxH)", type: "text", placeholder: "model default" },
-  n: { label: "Images", type: "integer", min: 1 },
+  n: { label: "Images", type: "integer", min: 1, placeholder: "1" },
   seed: { label: "Seed", type: "integer", min: 0, placeholder: "random" },
   num_inference_steps: { label: "Steps", type: "integer", min: 1, placeholder: "model default" },
   guidance_scale: { label: "Guidance", type: "number", min: 0, step: 0.1, placeholder: "model default" },
