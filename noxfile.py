@@ -2,7 +2,8 @@
 
 `tests` installs every plugin with its test extras into one venv, except the plugins of
 :data:`OWN_SESSION`: omni-ray needs ray[serve] (large), so its tests run in `nox -s ray`, which
-`.ci/run` runs after `tests`.
+`.ci/run` runs after `tests`. It also installs Debian's ``chromium`` and ``chromium-driver`` with
+apt-get when they are missing (the playground's browser tests drive them; CI runs as root).
 
 Every session that installs something depending on torch installs ``torch==2.13.0`` first and
 explicitly: a loose ``torch`` requirement would otherwise pull a multi-GB CUDA build. Set
@@ -72,9 +73,42 @@ def demo(session: nox.Session) -> None:
     session.run("python", str(ROOT / "demo" / "run_demo.py"), *session.posargs)
 
 
+#: The browser of the playground's tests (tests/serving/test_playground_*.py): Debian's own.
+BROWSER_PACKAGES = ("chromium", "chromium-driver")
+BROWSER_FILES = (Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"))
+
+
+def apt_install_command() -> list[str]:
+    """The non-interactive apt-get line that installs the browser (through sudo when not root)."""
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    packages = " ".join(BROWSER_PACKAGES)
+    script = (
+        "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        f"--no-install-recommends {packages}"
+    )
+    return [*sudo, "sh", "-c", script]
+
+
+def install_browser(session: nox.Session) -> None:
+    """Headless Chromium and its WebDriver for the browser tests, from apt when missing; no
+    apt-get (or no root) is an error here: those tests fail, never skip, without a browser."""
+    if all(path.exists() for path in BROWSER_FILES):
+        return
+    if shutil.which("apt-get") is None:
+        session.error(
+            f"the browser tests need {' and '.join(map(str, BROWSER_FILES))}: install "
+            f"{', '.join(BROWSER_PACKAGES)} (no apt-get on this machine)"
+        )
+    session.run(*apt_install_command(), external=True)
+    missing = [str(p) for p in BROWSER_FILES if not p.exists()]
+    if missing:
+        session.error(f"apt-get installed {BROWSER_PACKAGES} but {missing} are still missing")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Every package's tests in ONE pytest process (imports cost seconds; fixtures are shared)."""
+    install_browser(session)
     install_workspace(session)
     candidates = [CORE / "tests", *(p / "tests" for p in PLUGINS), ROOT / "tests"]
     paths = [str(p) for p in candidates if p.is_dir()]  # git keeps no empty tests/ folders

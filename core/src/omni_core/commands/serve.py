@@ -217,6 +217,9 @@ def _preflight(config: ServerConfig) -> None:
 )
 @click.option("--no-warmup", is_flag=True, help="Skip the warm-up request of each model.")
 @click.option(
+    "--no-playground", is_flag=True, help="Leave out the browser playground at / and /playground."
+)
+@click.option(
     "--warmup-request",
     default=None,
     metavar="JSON",
@@ -279,6 +282,7 @@ def serve(
     answers: dict[str, str],
     public_url: str | None,
     no_warmup: bool,
+    no_playground: bool,
     warmup_request: str | None,
     stream_idle_timeout: float,
     stream_max_duration: float,
@@ -349,6 +353,7 @@ def serve(
             max_upload_mb=max_upload_mb,
             allowed_url_hosts=hosts,
             warmup=not no_warmup,
+            playground=not no_playground,
             warmup_request=warmup_fields,
             **limits,
             report_timings=report_timings,

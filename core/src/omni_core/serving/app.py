@@ -35,7 +35,8 @@ from omni_core.serving.errors import APIError, from_exception, install_handlers
 from omni_core.serving.guards import BrowserGuardMiddleware
 from omni_core.serving.metrics import MetricsMiddleware
 from omni_core.serving.openapi import document
-from omni_core.serving.routes import system
+from omni_core.serving.playground import add_playground
+from omni_core.serving.routes import knobs, system
 from omni_core.serving.routes.chat import completions
 from omni_core.serving.routes.diffusion import audio, images, videos
 from omni_core.serving.routes.speech import speech, stream, voices
@@ -113,11 +114,13 @@ def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = N
             )
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_key)])
-    for routes in (images, videos, audio, speech, voices, completions, system):
+    for routes in (images, videos, audio, speech, voices, completions, knobs, system):
         routes.add_routes(v1, state)
     app.include_router(v1)
     stream.add_websocket(app, state)
     system.add_open_routes(app, state)
+    if config.playground:
+        add_playground(app)
     document(app)
     return app
 

@@ -103,6 +103,8 @@ class ServerConfig(BaseModel):
     #: omni_core.serving.timings); off: only those whose request sends ``X-Omni-Timings: 1``.
     report_timings: bool = False
     warmup: bool = True
+    #: The browser playground at ``/`` and ``/playground`` (omni_core.serving.playground).
+    playground: bool = True
     #: Shared request fields of the warm-up of image and video models (e.g. a small size).
     warmup_request: dict[str, Any] = Field(default_factory=dict)
     shutdown_grace_s: float = Field(30.0, ge=0)
