@@ -140,3 +140,26 @@ def test_registered_and_imports_only_faces(hunyuan_model) -> None:
     runtime = [p for p in package.glob("*.py") if p.stem != "testing"]
     assert_imports_only_faces(runtime, test_kit=False)
     assert_imports_only_faces([package / "testing.py", *Path(__file__).parent.glob("*.py")])
+
+
+def test_bf16_video_equals_diffusers_bf16(hunyuan_checkpoint, reference_frames, worst_difference):
+    """In bfloat16 too: the noise drawn in the transformer's dtype, the CFG mix in it, the Euler
+    step in float32 cast back, as diffusers does. diffusers runs CFG's branches as two forwards
+    and bfloat16 kernels are not batch-invariant, so ``batch_rows=False`` runs them so too; the
+    batched forward (the default) stays close."""
+    import diffusers
+    import torch
+
+    from omni_core import Omni
+
+    args = {**SMALL, "negative_prompt": "blurry"}
+    pipe = diffusers.HunyuanVideo15Pipeline.from_pretrained(
+        hunyuan_checkpoint, dtype=torch.bfloat16
+    )
+    pipe.set_progress_bar_config(disable=True)
+    reference = reference_frames(pipe, 5, 6.0, prompt=PROMPT, **args)
+    alone = Omni(hunyuan_checkpoint, device="cpu", dtype="bfloat16", batch_rows=False)
+    assert worst_difference(alone.generate(PROMPT, seed=5, **args).video, reference) <= 1
+    batched = Omni(hunyuan_checkpoint, device="cpu", dtype="bfloat16")
+    video = batched.generate(PROMPT, seed=5, **args).video
+    assert np.abs(video.astype(float) - reference).mean() < 4

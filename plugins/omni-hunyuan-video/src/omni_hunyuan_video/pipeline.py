@@ -78,6 +78,8 @@ class HunyuanVideoPipeline(StagedPipeline):
     load_options: ClassVar[dict[str, str]] = {
         "text_encoder_device": "Where the two text encoders run (e.g. cpu), if not the device.",
         "prompt_cache_size": "Prompt embeddings kept in the LRU cache (default 64; 0: none).",
+        "batch_rows": "One transformer forward for every row of a step (default true); false "
+        "runs one per row, as diffusers runs CFG's branches (bit-equal in bfloat16 too).",
     }
 
     def __init__(
@@ -103,6 +105,7 @@ class HunyuanVideoPipeline(StagedPipeline):
         self.routing = {"routed": dict(report.routed), "skipped": list(report.skipped)}
         self.accel: Any = None
         self.offload: Any = None
+        self.batch_rows = str(options.extra.get("batch_rows", True)).lower() not in ("false", "0")
         tile = options.memory.vae_tile
         latent_tile = None if tile is None else max(1, tile // layout.spatial)
         kwargs = (
@@ -247,16 +250,26 @@ class HunyuanVideoPipeline(StagedPipeline):
         image_embeds = torch.zeros(
             rows, IMAGE_TOKENS, self.layout.image_embed_dim, dtype=dtype, device=x.device
         )
-        out = self.transformer(
-            hidden_states=model_input,
-            image_embeds=image_embeds,
-            timestep=torch.cat(timesteps).to(model_input.dtype),
-            encoder_hidden_states=embeds,
-            encoder_attention_mask=masks,
-            encoder_hidden_states_2=glyphs,
-            encoder_attention_mask_2=glyph_masks,
-            return_dict=False,
-        )[0]
+        inputs = {
+            "hidden_states": model_input,
+            "image_embeds": image_embeds,
+            "timestep": torch.cat(timesteps).to(model_input.dtype),
+            "encoder_hidden_states": embeds,
+            "encoder_attention_mask": masks,
+            "encoder_hidden_states_2": glyphs,
+            "encoder_attention_mask_2": glyph_masks,
+        }
+        if self.batch_rows:
+            out = self.transformer(**inputs, return_dict=False)[0]
+        else:  # a forward per row: low-precision kernels need not be batch-invariant
+            out = torch.cat(
+                [
+                    self.transformer(
+                        **{k: v[r : r + 1] for k, v in inputs.items()}, return_dict=False
+                    )[0]
+                    for r in range(rows)
+                ]
+            )
         rescale = float(self.layout.guider.get("guidance_rescale", 0.0))
         original = bool(self.layout.guider.get("use_original_formulation", False))
         uncond_at = len(group)
