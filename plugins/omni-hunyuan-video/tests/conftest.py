@@ -70,3 +70,19 @@ def worst_difference() -> Any:
     """``worst_difference(ours, reference)``: the largest pixel difference in 1/255 steps
     (the reference must have structure, or the comparison would prove nothing)."""
     return _worst_difference
+
+
+@pytest.fixture(scope="session")
+def hunyuan_i2v_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from omni_hunyuan_video.testing import build_tiny_hunyuan_video15
+
+    path = tmp_path_factory.mktemp("hunyuan-i2v") / "tiny"
+    return build_tiny_hunyuan_video15(path, image_to_video=True)
+
+
+@pytest.fixture(scope="session")
+def hunyuan_i2v_model(hunyuan_i2v_checkpoint: Path) -> Any:
+    """``Omni`` on the tiny image-to-video checkpoint (CPU, float32)."""
+    from omni_core import Omni
+
+    return Omni(hunyuan_i2v_checkpoint, device="cpu", dtype="float32")

@@ -112,6 +112,7 @@ def test_defaults_are_diffusers(hunyuan_model) -> None:
         ({"images": [b"not read"]}, "images", "takes no input image"),
         ({"extras": {"fps": 0}}, "fps", "greater than or equal to 1"),
         ({"extras": {"true_cfg_scale": 2.0}}, "true_cfg_scale", "Extra inputs"),
+        ({"num_outputs": 2}, "n", "one video per request"),
     ],
 )
 def test_bad_requests_are_refused_before_any_compute(
@@ -134,6 +135,9 @@ def test_registered_and_imports_only_faces(hunyuan_model) -> None:
 
     registry = assert_plugin_discoverable("omni-hunyuan-video")
     assert registry.pipelines["hunyuan-video-1.5-t2v"].architectures == ("HunyuanVideo15Pipeline",)
+    assert registry.pipelines["hunyuan-video-1.5-i2v"].architectures == (
+        "HunyuanVideo15ImageToVideoPipeline",
+    )
     assert registry.denoiser_for("HunyuanVideo15Transformer3DModel") is not None
     assert hunyuan_model.spec.name == "hunyuan-video-1.5-t2v"
     package = Path(omni_hunyuan_video.__file__).parent

@@ -22,8 +22,10 @@ from omni_hunyuan_video.extras import HunyuanVideoExtras
 DEFAULT_FRAMES = 121
 DEFAULT_STEPS = 50
 DEFAULT_FPS = 24
-#: diffusers' default aspect ratio (width:height) when a request names no size.
-DEFAULT_ASPECT = (16, 9)
+#: diffusers' default aspect ratio (height, width ratio terms) when a request names no size.
+DEFAULT_ASPECT = (9, 16)
+#: The two pipelines of the family, as model_index.json names them.
+ARCHITECTURES = ("HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class HunyuanVideoLayout:
     target_size: int  # the transformer's pixel bucket size (480p: 640)
     image_embed_dim: int
     guider: dict[str, Any]  # guider/guider_config.json (ClassifierFreeGuidance)
+    image_to_video: bool = False  # HunyuanVideo15ImageToVideoPipeline: one input image
 
     @classmethod
     def read(cls, path: Path) -> HunyuanVideoLayout:
@@ -48,10 +51,10 @@ class HunyuanVideoLayout:
             guider = json.loads(guider_file.read_text()) if guider_file.exists() else {}
         except (OSError, json.JSONDecodeError) as exc:
             raise ModelNotFoundError(f"{path}: not a HunyuanVideo-1.5 checkpoint ({exc})") from exc
-        if index.get("_class_name") != "HunyuanVideo15Pipeline":
+        if index.get("_class_name") not in ARCHITECTURES:
             raise ModelNotFoundError(
                 f"{path}: model_index.json names {index.get('_class_name')!r}, not "
-                "HunyuanVideo15Pipeline"
+                f"{' or '.join(ARCHITECTURES)}"
             )
         return cls(
             path=path,
@@ -61,6 +64,7 @@ class HunyuanVideoLayout:
             target_size=int(transformer.get("target_size", 640)),
             image_embed_dim=int(transformer.get("image_embed_dim", 1152)),
             guider=guider,
+            image_to_video=index["_class_name"] == ARCHITECTURES[1],
         )
 
     @property
@@ -70,17 +74,18 @@ class HunyuanVideoLayout:
             return 1.0
         return float(self.guider.get("guidance_scale", 7.5))
 
-    def default_size(self) -> tuple[int, int]:
-        """(height, width): diffusers' 16:9 bucket of the transformer's target size."""
+    def default_size(
+        self, height: int = DEFAULT_ASPECT[0], width: int = DEFAULT_ASPECT[1]
+    ) -> tuple[int, int]:
+        """(height, width): diffusers' bucket of the transformer's target size closest to this
+        aspect ratio (16:9 for text to video, the image's for image to video)."""
         from diffusers.pipelines.hunyuan_video1_5.image_processor import (
             HunyuanVideo15ImageProcessor,
         )
 
         processor = HunyuanVideo15ImageProcessor(vae_scale_factor=self.spatial)
-        height, width = processor.calculate_default_height_width(
-            DEFAULT_ASPECT[1], DEFAULT_ASPECT[0], self.target_size
-        )
-        return int(height), int(width)
+        h, w = processor.calculate_default_height_width(height, width, self.target_size)
+        return int(h), int(w)
 
     def cfg_enabled(self, scale: float) -> bool:
         """Whether CFG runs at all (diffusers' guider: off at scale 1, or 0 in the original
@@ -104,7 +109,22 @@ def parse_extras(extras: dict[str, Any]) -> HunyuanVideoExtras:
 def check_request(layout: HunyuanVideoLayout, request: GenerationRequest) -> GenerationRequest:
     """``request`` with its defaults completed, or an InvalidRequestError (before any compute)."""
     extras = parse_extras(request.extras)
-    if request.images:
+    if request.num_outputs != 1:
+        raise InvalidRequestError(
+            f"HunyuanVideo-1.5 makes one video per request, not {request.num_outputs}",
+            param="n",
+        )
+    bucket = None
+    if layout.image_to_video:
+        size = getattr(request.images[0], "size", None) if len(request.images) == 1 else None
+        if size is None:
+            raise InvalidRequestError(
+                "hunyuan-video-1.5-i2v animates exactly one input image "
+                f"(got {len(request.images)})",
+                param="images",
+            )
+        bucket = layout.default_size(height=size[1], width=size[0])
+    elif request.images:
         raise InvalidRequestError(
             "hunyuan-video-1.5-t2v is text-to-video and takes no input image "
             f"(got {len(request.images)})",
@@ -118,7 +138,15 @@ def check_request(layout: HunyuanVideoLayout, request: GenerationRequest) -> Gen
             f"is {layout.temporal * k + 1}",
             param="num_frames",
         )
-    if request.height is None and request.width is None:
+    if bucket is not None:  # diffusers crops the image to its bucket: the video's size
+        height, width = bucket
+        if (request.height, request.width) not in ((None, None), bucket):
+            raise InvalidRequestError(
+                f"size {request.width}x{request.height}: HunyuanVideo-1.5 image-to-video makes "
+                f"the image's size bucket, {width}x{height}; send that size or none",
+                param="size",
+            )
+    elif request.height is None and request.width is None:
         height, width = layout.default_size()
     elif request.height is None or request.width is None:
         raise InvalidRequestError("give both height and width, or neither", param="size")

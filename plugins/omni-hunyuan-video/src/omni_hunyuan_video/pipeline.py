@@ -1,5 +1,5 @@
-"""HunyuanVideo-1.5 text-to-video on omni's staged runtime, reproducing diffusers'
-``HunyuanVideo15Pipeline``.
+"""HunyuanVideo-1.5 text- and image-to-video on omni's staged runtime, reproducing diffusers'
+``HunyuanVideo15Pipeline`` and ``HunyuanVideo15ImageToVideoPipeline``.
 
 What is the reference's, operation for operation: the prompt through diffusers' own two encoders
 (``_get_mllm_prompt_embeds``: Qwen2.5-VL's hidden state three layers from the top of the
@@ -8,10 +8,11 @@ system-prompted chat, padded to 1000 tokens after the 108-token template crop;
 to the transformer's dtype and kept in a small LRU cache; the noise drawn in the transformer's
 dtype from ``torch.Generator("cpu").manual_seed(seed)``; ``linspace(1, 0, steps + 1)[:-1]``
 sigmas through the checkpoint's shifted FlowMatchEulerDiscreteScheduler; the latents
-concatenated with zero condition latents and a zero mask (text-to-video), zero SigLIP image
-tokens; the checkpoint guider's CFG (``uncond + s * (cond - uncond)``, its start / stop window,
-its rescale) and the Euler step in float32 cast back to the prediction's dtype;
-``latents / scaling`` into the VAE.
+concatenated with zero condition latents and a zero mask and zero SigLIP image tokens (text to
+video), or with the image's VAE latents in the first frame, mask 1 there, and its SigLIP tokens
+(image to video, through diffusers' own helpers); the checkpoint guider's CFG
+(``uncond + s * (cond - uncond)``, its start / stop window, its rescale) and the Euler step in
+float32 cast back to the prediction's dtype; ``latents / scaling`` into the VAE.
 
 The text tokens are padded to fixed lengths, so one transformer forward carries the conditional
 and unconditional rows of every request of one video size, at different steps (the timestep is
@@ -37,8 +38,6 @@ from omni_core.diffusion import (
     activation_bytes,
     apply_acceleration,
     apply_offload,
-    dtype_kwargs,
-    load_device,
     route_attention,
 )
 from omni_hunyuan_video.extras import HunyuanVideoExtras
@@ -49,6 +48,7 @@ from omni_hunyuan_video.layout import (
     is_checked,
     parse_extras,
 )
+from omni_hunyuan_video.loading import load_components
 from omni_hunyuan_video.prompts import Prompt, PromptEncoder
 
 #: SigLIP tokens the transformer's image stream always carries (zeros for text-to-video).
@@ -61,6 +61,8 @@ class HunyuanVideoState(DenoiseState):
 
     scale: float = 1.0
     latents: torch.Tensor | None = None  # [1, C, F, h, w] in the transformer's dtype
+    condition: torch.Tensor | None = None  # [1, C + 1, F, h, w]: image latents and frame mask
+    image_embeds: torch.Tensor | None = None  # [1, T, D] SigLIP tokens (zeros: text to video)
     prompt: Prompt | None = None  # (embeds, mask, glyph embeds, glyph mask), one row each
     negative: Prompt | None = None  # the same for the negative prompt (CFG only)
     timesteps: torch.Tensor | None = None  # [steps]
@@ -72,7 +74,8 @@ class HunyuanVideoState(DenoiseState):
 
 
 class HunyuanVideoPipeline(StagedPipeline):
-    """HunyuanVideo-1.5 text-to-video, one denoising step at a time (see the module docstring)."""
+    """HunyuanVideo-1.5 text- or image-to-video (the checkpoint says which), one denoising step
+    at a time (see the module docstring)."""
 
     extras_model: ClassVar[type[HunyuanVideoExtras]] = HunyuanVideoExtras
     load_options: ClassVar[dict[str, str]] = {
@@ -95,7 +98,11 @@ class HunyuanVideoPipeline(StagedPipeline):
         self.transformer = components["transformer"]
         self.vae = components["vae"]
         self.scheduler = components["scheduler"]
-        self.video_processor = HunyuanVideo15ImageProcessor(vae_scale_factor=layout.spatial)
+        self.video_processor = HunyuanVideo15ImageProcessor(
+            vae_scale_factor=layout.spatial, do_resize=not layout.image_to_video
+        )
+        self.image_encoder = components.get("image_encoder")
+        self.feature_extractor = components.get("feature_extractor")
         self.prompts = PromptEncoder(
             components,
             options.extra.get("text_encoder_device") or options.device,
@@ -135,7 +142,7 @@ class HunyuanVideoPipeline(StagedPipeline):
                 "lora: diffusers has no LoRA loader for HunyuanVideo-1.5 yet, so neither has omni"
             )
         layout = HunyuanVideoLayout.read(path)
-        components = _load_components(path, options)
+        components = load_components(path, options)
         accel = apply_acceleration({"transformer": components["transformer"]}, options)
         own = bool(options.extra.get("text_encoder_device"))
         encoders = () if own else ("text_encoder", "text_encoder_2")
@@ -211,6 +218,7 @@ class HunyuanVideoPipeline(StagedPipeline):
         )
         generator = torch.Generator("cpu").manual_seed(seed)
         state.latents = randn_tensor(shape, generator=generator, device=self.device, dtype=dtype)
+        self._condition(state, request, dtype)
         state.timesteps, state.sigmas = self._schedule(steps)
         guider = layout.guider
         start = int(float(guider.get("start", 0.0)) * steps)
@@ -227,10 +235,12 @@ class HunyuanVideoPipeline(StagedPipeline):
     @torch.no_grad()
     def step(self, states: list[DenoiseState]) -> None:
         group: list[HunyuanVideoState] = states  # type: ignore[assignment]
-        dtype = self.transformer.dtype
         latents: list[torch.Tensor] = []
         timesteps: list[torch.Tensor] = []
         prompts: list[Prompt] = []
+        conditions: list[torch.Tensor] = []
+        images: list[torch.Tensor] = []
+        meanflow: list[torch.Tensor] = []
         for branch in ("cond", "uncond"):  # every conditional row, then every unconditional one
             for s in group:
                 if branch == "uncond" and not s.cfg_steps[s.step_index]:
@@ -239,26 +249,28 @@ class HunyuanVideoPipeline(StagedPipeline):
                 latents.append(s.latents)
                 timesteps.append(s.timesteps[s.step_index : s.step_index + 1])
                 prompts.append(s.prompt if branch == "cond" else s.negative)  # type: ignore[arg-type]
-        x = torch.cat(latents)
-        zeros = torch.zeros_like(x)
-        mask = torch.zeros_like(x[:, :1])
-        model_input = torch.cat([x, zeros, mask], dim=1)
-        rows = model_input.shape[0]
+                conditions.append(s.condition)  # type: ignore[arg-type]
+                images.append(s.image_embeds)  # type: ignore[arg-type]
+                last = s.step_index + 1 == s.num_steps
+                meanflow.append(
+                    s.timesteps[:1] * 0 if last else s.timesteps[s.step_index + 1 :][:1]
+                )
+        model_input = torch.cat([torch.cat(latents), torch.cat(conditions)], dim=1)
+        rows, x_dtype = model_input.shape[0], latents[0].dtype
         embeds, masks, glyphs, glyph_masks = (
             torch.cat(parts) for parts in zip(*prompts, strict=True)
         )
-        image_embeds = torch.zeros(
-            rows, IMAGE_TOKENS, self.layout.image_embed_dim, dtype=dtype, device=x.device
-        )
         inputs = {
             "hidden_states": model_input,
-            "image_embeds": image_embeds,
+            "image_embeds": torch.cat(images),
             "timestep": torch.cat(timesteps).to(model_input.dtype),
             "encoder_hidden_states": embeds,
             "encoder_attention_mask": masks,
             "encoder_hidden_states_2": glyphs,
             "encoder_attention_mask_2": glyph_masks,
         }
+        if self.transformer.config.get("use_meanflow", False):  # the step-distilled checkpoints
+            inputs["timestep_r"] = torch.cat(meanflow).to(x_dtype)
         if self.batch_rows:
             out = self.transformer(**inputs, return_dict=False)[0]
         else:  # a forward per row: low-precision kernels need not be batch-invariant
@@ -308,7 +320,7 @@ class HunyuanVideoPipeline(StagedPipeline):
             images = [Image.fromarray(array[0])]
         info = {
             **state.info,
-            "pipeline": self.spec.name if self.spec else "hunyuan-video-1.5-t2v",
+            "pipeline": self.spec.name if self.spec else "hunyuan-video-1.5",
             "height": request.height,
             "width": request.width,
             "num_frames": int(array.shape[0]),
@@ -322,6 +334,46 @@ class HunyuanVideoPipeline(StagedPipeline):
 
     # -- helpers ---------------------------------------------------------------------------
 
+    def _condition(
+        self, state: HunyuanVideoState, request: GenerationRequest, dtype: torch.dtype
+    ) -> None:
+        """The condition latents + frame mask and the SigLIP tokens: zeros for text to video;
+        for image to video the image cropped to the video's size, VAE-encoded into the first
+        latent frame (mask 1 there), and its SigLIP tokens, as diffusers makes them."""
+        assert state.latents is not None and request.height and request.width
+        latents = state.latents
+        _, channels, frames, h, w = latents.shape
+        condition = torch.zeros(1, channels + 1, frames, h, w, dtype=dtype, device=latents.device)
+        if not self.layout.image_to_video:
+            state.condition = condition
+            state.image_embeds = torch.zeros(
+                1, IMAGE_TOKENS, self.layout.image_embed_dim, dtype=dtype, device=latents.device
+            )
+            return
+        from diffusers import HunyuanVideo15ImageToVideoPipeline as Reference
+
+        image = self.video_processor.resize(
+            request.images[0], height=request.height, width=request.width, resize_mode="crop"
+        )
+        embeds = Reference._get_image_embeds(
+            image_encoder=self.image_encoder,
+            feature_extractor=self.feature_extractor,
+            image=image,
+            device=self.device,
+        )
+        encoded = Reference._get_image_latents(
+            vae=self.vae,
+            image_processor=self.video_processor,
+            image=image,
+            height=request.height,
+            width=request.width,
+            device=self.device,
+        )
+        condition[:, :channels, :1] = encoded.to(dtype)
+        condition[:, channels, 0] = 1.0
+        state.condition = condition
+        state.image_embeds = embeds.to(device=latents.device, dtype=dtype)
+
     def _schedule(self, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(timesteps, sigmas incl. the final 0) on the device, as diffusers sets them."""
         import numpy as np
@@ -330,65 +382,3 @@ class HunyuanVideoPipeline(StagedPipeline):
         sigmas = np.linspace(1.0, 0.0, steps + 1)[:-1]
         scheduler.set_timesteps(sigmas=sigmas, device=self.device)
         return scheduler.timesteps, scheduler.sigmas
-
-
-def _load_components(path: Path, options: PipelineOptions) -> dict[str, Any]:
-    """diffusers' and transformers' own classes, as ``HunyuanVideo15Pipeline.from_pretrained``
-    loads them, safetensors only."""
-    import json
-
-    import transformers
-    from diffusers import (
-        AutoencoderKLHunyuanVideo15,
-        FlowMatchEulerDiscreteScheduler,
-        HunyuanVideo15Transformer3DModel,
-    )
-
-    scheduler = json.loads((path / "scheduler" / "scheduler_config.json").read_text())
-    if scheduler.get("_class_name") != "FlowMatchEulerDiscreteScheduler" or scheduler.get(
-        "stochastic_sampling"
-    ):
-        raise ConfigError(
-            f"{path}: HunyuanVideo-1.5 needs a deterministic FlowMatchEulerDiscreteScheduler, "
-            f"found {scheduler.get('_class_name')!r}"
-        )
-    index = json.loads((path / "model_index.json").read_text())
-
-    def text_class(key: str, default: str) -> Any:
-        library, name = index.get(key, ["transformers", default])
-        found = getattr(transformers, name, None) if library == "transformers" else None
-        if found is None:
-            raise ConfigError(f"{path}: {key} {library}.{name} is not a transformers class")
-        return found
-
-    device, dtype = load_device(options), options.dtype
-    encoder_device = options.extra.get("text_encoder_device") or device
-    weights = {"use_safetensors": True}
-    encoders = {
-        key: text_class(key, default)
-        .from_pretrained(path / key, dtype=dtype, **weights)
-        .to(encoder_device)
-        .eval()
-        for key, default in (
-            ("text_encoder", "Qwen2_5_VLTextModel"),
-            ("text_encoder_2", "T5EncoderModel"),
-        )
-    }
-    return {
-        "transformer": HunyuanVideo15Transformer3DModel.from_pretrained(
-            path / "transformer", **dtype_kwargs(dtype), **weights
-        )
-        .to(device)
-        .eval(),
-        "vae": AutoencoderKLHunyuanVideo15.from_pretrained(
-            path / "vae", **dtype_kwargs(dtype), **weights
-        )
-        .to(device)
-        .eval(),
-        **encoders,
-        "tokenizer": transformers.AutoTokenizer.from_pretrained(path / "tokenizer"),
-        "tokenizer_2": text_class("tokenizer_2", "ByT5Tokenizer").from_pretrained(
-            path / "tokenizer_2"
-        ),
-        "scheduler": FlowMatchEulerDiscreteScheduler.from_pretrained(path / "scheduler"),
-    }

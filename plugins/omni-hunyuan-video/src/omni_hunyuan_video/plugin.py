@@ -1,5 +1,6 @@
-"""omni plugin entry point of omni-hunyuan-video: registers the HunyuanVideo-1.5 text-to-video
-pipeline and what acceleration needs to know about its transformer (lazily: no torch import)."""
+"""omni plugin entry point of omni-hunyuan-video: registers the HunyuanVideo-1.5 text- and
+image-to-video pipelines and what acceleration needs to know about their transformer (lazily:
+no torch import)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,18 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             capabilities=PipelineCapabilities(step_batching=True),
             description="HunyuanVideo-1.5 text-to-video (480p / 720p t2v checkpoints), sides "
             "in multiples of 16 px, 4k+1 frames at 24 fps.",
+        )
+    )
+    register(
+        PipelineSpec(
+            name="hunyuan-video-1.5-i2v",
+            implementation="omni_hunyuan_video.pipeline:HunyuanVideoPipeline",
+            tasks=("i2v",),
+            architectures=("HunyuanVideo15ImageToVideoPipeline",),
+            extras="omni_hunyuan_video.extras:HunyuanVideoExtras",
+            capabilities=PipelineCapabilities(step_batching=True),
+            description="HunyuanVideo-1.5 image-to-video (480p / 720p i2v checkpoints): the "
+            "image's size bucket, 4k+1 frames at 24 fps.",
         )
     )
 

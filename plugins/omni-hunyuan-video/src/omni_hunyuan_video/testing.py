@@ -87,9 +87,14 @@ def _spread(module: Any, std: float) -> None:
                 param.normal_(0.0, 0.1)
 
 
-def build_tiny_hunyuan_video15(path: str | Path, *, seed: int = 0) -> Path:
+def build_tiny_hunyuan_video15(
+    path: str | Path, *, image_to_video: bool = False, seed: int = 0
+) -> Path:
     """Write the tiny text-to-video checkpoint (see the module docstring) to ``path``
-    (created); returns it."""
+    (created); returns it. ``image_to_video``: the 480p_i2v layout instead
+    (``HunyuanVideo15ImageToVideoPipeline``, plus a 1-layer ``SiglipVisionModel`` and its
+    ``SiglipImageProcessor``; the transformer's target size 64, so an image's size bucket is
+    tiny too)."""
     import diffusers
     import torch
     from diffusers import (
@@ -149,8 +154,8 @@ def build_tiny_hunyuan_video15(path: str | Path, *, seed: int = 0) -> Path:
         text_embed_2_dim=GLYPH_DIM,
         image_embed_dim=8,
         rope_axes_dim=(4, 6, 6),
-        target_size=640,
-        task_type="t2v",
+        target_size=64 if image_to_video else 640,
+        task_type="i2v" if image_to_video else "t2v",
     ).eval()
     vae = AutoencoderKLHunyuanVideo15(
         latent_channels=LATENT_CHANNELS,
@@ -173,7 +178,9 @@ def build_tiny_hunyuan_video15(path: str | Path, *, seed: int = 0) -> Path:
     FlowMatchEulerDiscreteScheduler(**SCHEDULER).save_pretrained(path / "scheduler")
     ClassifierFreeGuidance(guidance_scale=GUIDANCE_SCALE).save_pretrained(path / "guider")
     index = {
-        "_class_name": "HunyuanVideo15Pipeline",
+        "_class_name": "HunyuanVideo15ImageToVideoPipeline"
+        if image_to_video
+        else "HunyuanVideo15Pipeline",
         "_diffusers_version": diffusers.__version__,
         "guider": ["diffusers", "ClassifierFreeGuidance"],
         "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
@@ -184,5 +191,32 @@ def build_tiny_hunyuan_video15(path: str | Path, *, seed: int = 0) -> Path:
         "transformer": ["diffusers", "HunyuanVideo15Transformer3DModel"],
         "vae": ["diffusers", "AutoencoderKLHunyuanVideo15"],
     }
+    if image_to_video:
+        index.update(_write_image_encoder(path))
     (path / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
     return path
+
+
+def _write_image_encoder(path: Path) -> dict[str, list[str]]:
+    """The i2v layout's SigLIP encoder (width 8: the transformer's image feature width) and
+    its processor (32x32 inputs, 16 tokens); returns their model_index entries."""
+    from transformers import SiglipImageProcessor, SiglipVisionConfig, SiglipVisionModel
+
+    encoder = SiglipVisionModel(
+        SiglipVisionConfig(
+            hidden_size=8,
+            intermediate_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        )
+    ).eval()
+    encoder.save_pretrained(path / "image_encoder", safe_serialization=True)
+    SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(
+        path / "feature_extractor"
+    )
+    return {
+        "image_encoder": ["transformers", "SiglipVisionModel"],
+        "feature_extractor": ["transformers", "SiglipImageProcessor"],
+    }
