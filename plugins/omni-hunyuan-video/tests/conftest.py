@@ -86,3 +86,21 @@ def hunyuan_i2v_model(hunyuan_i2v_checkpoint: Path) -> Any:
     from omni_core import Omni
 
     return Omni(hunyuan_i2v_checkpoint, device="cpu", dtype="float32")
+
+
+def _blocks(video: Any, side: int = 8) -> Any:
+    import numpy as np
+
+    f, h, w, c = video.shape
+    return (
+        np.asarray(video, dtype=float)
+        .reshape(f, h // side, side, w // side, side, c)
+        .mean(axis=(2, 4))
+    )
+
+
+@pytest.fixture(scope="session")
+def blocks() -> Any:
+    """``blocks(video)``: means of 8x8 pixel blocks, what survives H.264 of the tiny model's
+    texture-like frames (crf 18 keeps the low frequencies, not the per-pixel noise)."""
+    return _blocks

@@ -9,17 +9,12 @@ import numpy as np
 
 from omni_core.testing import read_video, run_cli
 
-
-def blocks(video: np.ndarray, side: int = 8) -> np.ndarray:
-    """Means of ``side`` x ``side`` pixel blocks."""
-    f, h, w, c = video.shape
-    return video.astype(float).reshape(f, h // side, side, w // side, side, c).mean(axis=(2, 4))
-
-
 PROMPT = 'a shop sign that says "OPEN"'
 
 
-def test_generate_video_writes_the_video_omni_renders(hunyuan_checkpoint, hunyuan_model, tmp_path):
+def test_generate_video_writes_the_video_omni_renders(
+    hunyuan_checkpoint, hunyuan_model, tmp_path, blocks
+):
     import av
 
     out = tmp_path / "sign.mp4"

@@ -77,14 +77,7 @@ def _finished(client: Any, **kwargs: Any) -> tuple[Any, bytes]:
     return done, client.videos.download_content(job.id).read()
 
 
-def blocks(video: np.ndarray, side: int = 8) -> np.ndarray:
-    """Means of ``side`` x ``side`` pixel blocks: what survives H.264 of the tiny model's
-    texture-like frames (crf 18 keeps the low frequencies, not the per-pixel noise)."""
-    f, h, w, c = video.shape
-    return video.astype(float).reshape(f, h // side, side, w // side, side, c).mean(axis=(2, 4))
-
-
-def test_video_job_serves_what_omni_renders(client, hunyuan_model) -> None:
+def test_video_job_serves_what_omni_renders(client, hunyuan_model, blocks) -> None:
     done, data = _finished(client, size="48x32", extra_body={**FIELDS, "num_frames": 5})
     assert data[4:8] == b"ftyp" and done.progress == 100 and done.size == "48x32"
     got = read_video(data)
