@@ -47,6 +47,15 @@ def test_the_image_changes_the_video(hunyuan_i2v_model) -> None:
     assert np.abs(a.astype(int) - b.astype(int)).max() > 10
 
 
+def test_warmup_request_takes_an_image_and_its_bucket(hunyuan_i2v_model) -> None:
+    from omni_core import GenerationRequest
+
+    pipeline = hunyuan_i2v_model.pipeline
+    checked = pipeline.validate(GenerationRequest(**pipeline.warmup_fields()))
+    assert len(checked.images) == 1 and checked.num_frames == 1
+    assert (checked.height, checked.width) == (64, 64)  # the square bucket at target size 64
+
+
 @pytest.mark.parametrize(
     ("kwargs", "param", "words"),
     [

@@ -97,6 +97,14 @@ def test_prompt_cache_encodes_a_shared_negative_prompt_once(hunyuan_model) -> No
     assert again.timings["prompt_cache_hits"] == 1.0
 
 
+def test_warmup_request_is_one_small_step(hunyuan_model) -> None:
+    from omni_core import GenerationRequest
+
+    pipeline = hunyuan_model.pipeline
+    checked = pipeline.validate(GenerationRequest(**pipeline.warmup_fields()))
+    assert (checked.num_frames, checked.num_inference_steps, checked.height) == (1, 1, 256)
+
+
 def test_defaults_are_diffusers(hunyuan_model) -> None:
     checked = hunyuan_model.pipeline.validate(hunyuan_model.request("a cat"))
     assert (checked.height, checked.width) == (480, 848)  # the 16:9 bucket of 640

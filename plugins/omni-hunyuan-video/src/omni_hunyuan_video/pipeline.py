@@ -171,15 +171,12 @@ class HunyuanVideoPipeline(StagedPipeline):
         return {"transformer": self.transformer}
 
     def warmup_fields(self) -> dict[str, Any]:
-        # One step of the smallest clip: the kernels warm up without a 5-second render.
-        side = self.layout.spatial * 16
-        return {
-            "prompt": "warm-up",
-            "num_inference_steps": 1,
-            "num_frames": 1,
-            "height": side,
-            "width": side,
-        }
+        # One step of one frame: the kernels warm up without a 5-second render. Image to video
+        # takes the core's grey image and makes its size bucket (a size would be refused).
+        fields = {**super().warmup_fields(), "num_frames": 1}
+        if not self.layout.image_to_video:
+            fields["height"] = fields["width"] = self.layout.spatial * 16
+        return fields
 
     # -- stages ----------------------------------------------------------------------------
 
