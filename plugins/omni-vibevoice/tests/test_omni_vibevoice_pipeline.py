@@ -98,9 +98,19 @@ def test_requests_batched_by_the_engine_equal_each_alone(omni: Omni, checkpoint:
 def served(checkpoint: Path, tmp_path: Path) -> Iterator[str]:
     """A real ``omni serve`` of the checkpoint on 127.0.0.1; yields its URL, stops it after."""
     port, log = free_port(), tmp_path / "serve.log"
-    args = ["serve", f"vibevoice={checkpoint}", "--port", str(port), "--device", "cpu",
-            "--state-dir", str(tmp_path / "state"), "--log-level", "warning",
-            "--no-warmup"]  # the tiny model speaks for some seeds only; fmt: skip
+    args = [
+        "serve",
+        f"vibevoice={checkpoint}",
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--log-level",
+        "warning",
+        "--no-warmup",
+    ]  # the tiny model speaks for some seeds only
     process = spawn(omni_command(*args), log)
     url = f"http://127.0.0.1:{port}"
 

@@ -80,7 +80,8 @@ class StepOutput:
         hidden = [o.hidden for o in outputs]
         audio = [o.is_audio for o in outputs]
         if any(a is not None for a in audio):  # a missing flag: every row of that output is audio
-            audio = [torch.ones_like(o.stop) if a is None else a for o, a in zip(outputs, audio)]
+            pairs = zip(outputs, audio, strict=True)
+            audio = [torch.ones_like(o.stop) if a is None else a for o, a in pairs]
         return StepOutput(
             tokens=torch.cat([o.tokens for o in outputs]),
             stop=torch.cat([o.stop for o in outputs]),

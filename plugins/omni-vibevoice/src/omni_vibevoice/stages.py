@@ -38,8 +38,12 @@ def _allowed_logits(model: VibeVoiceForConditionalGeneration) -> torch.Tensor:
     ``VibeVoiceTokenConstraintProcessor``)."""
     config = model.config
     mask = torch.full((config.vocab_size,), float("-inf"), device=model.device)
-    allowed = [config.audio_bos_token_id, config.audio_eos_token_id, config.audio_token_id,
-               config.eos_token_id]  # fmt: skip
+    allowed = [
+        config.audio_bos_token_id,
+        config.audio_eos_token_id,
+        config.audio_token_id,
+        config.eos_token_id,
+    ]
     mask[allowed] = 0.0
     return mask
 
@@ -78,8 +82,9 @@ class VibeVoiceDecoder(DecoderStage):
         logits = self.model.lm_head(hidden).float()
         if self.unconditional is not None and self.guidance is not None:
             self.unconditional.bind([s.slot for s in states], 1)
-            alone = self._forward(self.model.get_input_embeddings()(previous)[:, None],
-                                  self.unconditional)  # fmt: skip
+            alone = self._forward(
+                self.model.get_input_embeddings()(previous)[:, None], self.unconditional
+            )
             self.unconditional.advance()
             scores = torch.log_softmax(logits, -1)
             floor = torch.log_softmax(self.model.lm_head(alone).float(), -1)
@@ -87,8 +92,9 @@ class VibeVoiceDecoder(DecoderStage):
         token = (logits + self.allowed).argmax(-1)  # argmax whatever do_sample says, as generate()
         for state, row in zip(states, token, strict=True):
             state.data["token"] = row
-        return StepOutput(tokens=token[:, None], stop=token == self.model.config.eos_token_id,
-                          hidden=hidden)  # fmt: skip
+        return StepOutput(
+            tokens=token[:, None], stop=token == self.model.config.eos_token_id, hidden=hidden
+        )
 
     def prefill(self, states: list[ARState], cache: SlotCache) -> StepOutput:
         if self.unconditional is not None:
@@ -118,8 +124,10 @@ class _ConvStates:
         for key, like in known[0].items():
             layer = VibeVoiceAcousticTokenizerConv1dCacheLayer()
             layer.cache = torch.cat(
-                [s.data[self.name][key] if self.name in s.data else torch.zeros_like(like)
-                 for s in states]  # fmt: skip
+                [
+                    s.data[self.name][key] if self.name in s.data else torch.zeros_like(like)
+                    for s in states
+                ]
             )
             layer.left_pad, layer.in_channels = like.shape[2], like.shape[1]
             layer.is_initialized = True
@@ -169,8 +177,9 @@ class VibeVoiceDiffusion(FrameStage):
             consumed = state.data["consumed"]
             inputs.append((self.bos if consumed is None else consumed)[None])
             groups.setdefault(1, []).append(row)
-        hidden = torch.empty(len(states), self.bos.shape[-1], dtype=self.bos.dtype,
-                             device=self.bos.device)  # fmt: skip
+        hidden = torch.empty(
+            len(states), self.bos.shape[-1], dtype=self.bos.dtype, device=self.bos.device
+        )
         lm = self.model.model.language_model
         for length, rows in groups.items():
             slots = [states[r].slot for r in rows]
@@ -201,14 +210,17 @@ class VibeVoiceDiffusion(FrameStage):
         scheduler = copy.deepcopy(self.scheduler)
         scheduler.set_timesteps(num_inference_steps=self.steps_of(states))
         half = len(states)
-        guidance = torch.tensor([s.data["guidance"] for s in states], device=condition.device,
-                                dtype=condition.dtype)[:, None]  # fmt: skip
+        guidance = torch.tensor(
+            [s.data["guidance"] for s in states], device=condition.device, dtype=condition.dtype
+        )[:, None]
         head = self.model.model.diffusion_head
         for timestep in scheduler.timesteps:
             both = torch.cat([latent, latent])
             eps = head(both, timestep.repeat(both.shape[0]).to(both), condition=condition)
             cond, uncond = eps[:half], eps[half:]
-            latent = scheduler.step(uncond + guidance * (cond - uncond), timestep, latent).prev_sample
+            latent = scheduler.step(
+                uncond + guidance * (cond - uncond), timestep, latent
+            ).prev_sample
         return latent[:, None]
 
     @staticmethod
@@ -238,8 +250,9 @@ class VibeVoiceDiffusion(FrameStage):
             decoded = model.audio_tower.decode(scaled, padding_cache=acoustic, use_cache=True)
             self.acoustic.keep(chosen, decoded.padding_cache)
             semantic = self.semantic.batch(chosen)
-            read = model.semantic_tokenizer_encoder(decoded.audio, padding_cache=semantic,
-                                                    use_cache=True)  # fmt: skip
+            read = model.semantic_tokenizer_encoder(
+                decoded.audio, padding_cache=semantic, use_cache=True
+            )
             self.semantic.keep(chosen, read.padding_cache)
             embeds[group] = (
                 model.multi_modal_projector(latent) + model.semantic_connector(read.latents)

@@ -36,8 +36,14 @@ CHAT_TEMPLATE = (
 )
 
 WORDS = ("Speaker", "Transform", "text", "speech", "voice", "Hello", "there", "sentence", "Hi")
-SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-            "<|vision_pad|>")  # fmt: skip
+SPECIALS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+)
 
 
 def _tokenizer() -> Any:
@@ -70,8 +76,13 @@ def tiny_config(tokenizer: Any) -> Any:
     from transformers import VibeVoiceConfig
 
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIALS}
-    codec = {"hidden_size": 8, "num_filters": 4, "downsampling_ratios": [2, 2, 4],
-             "depths": [1, 1, 1, 1], "kernel_size": 7}  # fmt: skip
+    codec = {
+        "hidden_size": 8,
+        "num_filters": 4,
+        "downsampling_ratios": [2, 2, 4],
+        "depths": [1, 1, 1, 1],
+        "kernel_size": 7,
+    }
     return VibeVoiceConfig(
         text_config={
             "model_type": "qwen2",
@@ -87,10 +98,15 @@ def tiny_config(tokenizer: Any) -> Any:
         },
         audio_config={"model_type": "vibevoice_acoustic_tokenizer", **codec},
         semantic_model_config={
-            "model_type": "vibevoice_acoustic_tokenizer_encoder", **codec, "hidden_size": 16
+            "model_type": "vibevoice_acoustic_tokenizer_encoder",
+            **codec,
+            "hidden_size": 16,
         },
-        diffusion_head_config={"num_hidden_layers": 2, "intermediate_size": 64,
-                               "frequency_embedding_size": 32},  # fmt: skip
+        diffusion_head_config={
+            "num_hidden_layers": 2,
+            "intermediate_size": 64,
+            "frequency_embedding_size": 32,
+        },
         pad_token_id=ids["<|endoftext|>"],
         eos_token_id=ids["<|endoftext|>"],
         audio_bos_token_id=ids["<|vision_start|>"],
@@ -125,8 +141,10 @@ def build_tiny_vibevoice(path: Path | str, *, seed: int = 0) -> Path:
         guidance_scale=1.3,
         num_diffusion_steps=10,
         noise_scheduler_class="DPMSolverMultistepScheduler",
-        noise_scheduler_config={"beta_schedule": "squaredcos_cap_v2",
-                                "prediction_type": "v_prediction"},  # fmt: skip
+        noise_scheduler_config={
+            "beta_schedule": "squaredcos_cap_v2",
+            "prediction_type": "v_prediction",
+        },
         pad_token_id=config.pad_token_id,
         eos_token_id=config.eos_token_id,
     )
