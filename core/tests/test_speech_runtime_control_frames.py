@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from omni_core import GenerationRequest
 from omni_core.speech import (
     ARRuntime,
