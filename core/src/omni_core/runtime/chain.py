@@ -149,8 +149,14 @@ class ARRuntime(SlotRuntime[SpeechStream]):
 
         checks = checks or []
         read = [*due, *checks]
-        flags = torch.cat([torch.cat([r.stop for r in s.pending]) for s in read])
+        rows = [r for s in read for r in s.pending]
+        flags = torch.cat([r.stop for r in rows])
+        marked = any(r.is_audio is not None for r in rows)
+        if marked:  # which frames are audio, read in the same sync as the stop flags
+            audio = [torch.ones_like(r.stop) if r.is_audio is None else r.is_audio for r in rows]
+            flags = torch.stack([flags, torch.cat(audio)])
         host = flags.to("cpu").tolist()
+        host, is_audio = (host[0], host[1]) if marked else (host, None)
         self.syncs += 1
         offset, work = 0, []
         checked = set(map(id, checks))
@@ -162,7 +168,11 @@ class ARRuntime(SlotRuntime[SpeechStream]):
                 continue  # not due and not stopped: its frames wait for their chunk
             keep = mine.index(True) if True in mine else count
             ended = keep < count or stream.state.frames >= stream.state.max_frames
-            codes = torch.cat([r.tokens for r in stream.pending[:keep]]).T if keep else None
+            frames = stream.pending[:keep]
+            if is_audio is not None:  # frames of control tokens make no audio
+                audible = is_audio[offset - count : offset - count + keep]
+                frames = [r for r, a in zip(frames, audible, strict=True) if a]
+            codes = torch.cat([r.tokens for r in frames]).T if frames else None
             stream.pending = []
             work.append((stream, codes, ended))
         # one codec call per group of equal shapes (context frames, new frames); a seeded
@@ -170,7 +180,8 @@ class ARRuntime(SlotRuntime[SpeechStream]):
         groups: dict[tuple[int, int, int], list[tuple[SpeechStream, torch.Tensor, bool]]] = {}
         for stream, codes, ended in work:
             if codes is None:
-                self._finish(stream, None)
+                if ended:
+                    self._finish(stream, None)
                 continue
             context = 0 if stream.context is None else stream.context.shape[1]
             alone = id(stream) if stream.state.request.seed is not None else 0

@@ -65,6 +65,10 @@ class StepOutput:
     #: ``[rows, hidden]`` what later stages of the chain read (e.g. the decoder's last hidden
     #: state).
     hidden: torch.Tensor | None = None
+    #: ``[rows]`` bool: the row's frame is audio (None: every row's is). A model whose steps
+    #: also make control tokens (a speech-start or speech-end marker, no audio) says False
+    #: for those rows; the runtime drops their frames when it hands a chunk out.
+    is_audio: torch.Tensor | None = None
 
     @staticmethod
     def cat(outputs: list[StepOutput]) -> StepOutput:
@@ -74,10 +78,15 @@ class StepOutput:
         if len(outputs) == 1:
             return outputs[0]
         hidden = [o.hidden for o in outputs]
+        audio = [o.is_audio for o in outputs]
+        if any(a is not None for a in audio):  # a missing flag: every row of that output is audio
+            pairs = zip(outputs, audio, strict=True)
+            audio = [torch.ones_like(o.stop) if a is None else a for o, a in pairs]
         return StepOutput(
             tokens=torch.cat([o.tokens for o in outputs]),
             stop=torch.cat([o.stop for o in outputs]),
             hidden=None if any(h is None for h in hidden) else torch.cat(hidden),  # type: ignore[misc]
+            is_audio=None if audio[0] is None else torch.cat(audio),  # type: ignore[arg-type]
         )
 
     def rows(self, start: int, stop: int) -> StepOutput:
@@ -85,6 +94,7 @@ class StepOutput:
             tokens=self.tokens[start:stop],
             stop=self.stop[start:stop],
             hidden=None if self.hidden is None else self.hidden[start:stop],
+            is_audio=None if self.is_audio is None else self.is_audio[start:stop],
         )
 
 
