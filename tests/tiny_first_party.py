@@ -46,6 +46,10 @@ def _tts(label: str, family: str) -> Tiny:
     return Tiny(label, "omni_tts.testing:build_tiny_tts", {"family": family})
 
 
+def _flux(variant: str) -> Tiny:
+    return Tiny(f"flux-{variant}", "omni_flux.testing:build_tiny_flux", {"variant": variant})
+
+
 def _wan(variant: str) -> Tiny:
     return Tiny(f"wan-{variant}", "omni_wan.testing:build_tiny_wan", {"variant": variant})
 
@@ -74,6 +78,23 @@ TINY: dict[str, tuple[Tiny, ...]] = {
     "wan-t2v": (_wan("t2v"), _wan("t2v-a14b"), _wan("ti2v")),
     "wan-i2v": (_wan("i2v"), _wan("i2v-a14b")),
     "diffusers": (Tiny("ddpm", f"{__name__}:build_tiny_ddpm"),),
+    "flux": tuple(_flux(v) for v in ("dev", "schnell")),
+    "flux-kontext": (_flux("kontext"),),
+    "flux2": (_flux("flux2"),),
+    "flux2-klein": (_flux("flux2-klein"),),
+    "z-image": (Tiny("z-image", "omni_zimage.testing:build_tiny_zimage"),),
+    "stable-audio": (Tiny("stable-audio", "omni_stable_audio.testing:build_tiny_stable_audio"),),
+    "hunyuan-video-1.5-t2v": (
+        Tiny("hunyuan-video-1.5-t2v", "omni_hunyuan_video.testing:build_tiny_hunyuan_video15"),
+    ),
+    "hunyuan-video-1.5-i2v": (
+        Tiny(
+            "hunyuan-video-1.5-i2v",
+            "omni_hunyuan_video.testing:build_tiny_hunyuan_video15",
+            {"image_to_video": True},
+        ),
+    ),
+    "vibevoice": (Tiny("vibevoice", "omni_vibevoice.testing:build_tiny_vibevoice"),),
 }
 
 

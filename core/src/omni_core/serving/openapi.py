@@ -267,6 +267,9 @@ def document(app: Any) -> None:
         complete = True
         if not _uploads_voices(state):  # POST answers 405 then: not a method of this server
             schema.get("paths", {}).get("/v1/audio/voices", {}).pop("post", None)
+        if not any("t2a" in m.tasks for m in state.models.values()):
+            # no served model makes audio from text: the route answers every body with a 400
+            schema.get("paths", {}).pop("/v1/audio/generate", None)
         upload = schema.get("paths", {}).get("/v1/audio/voices", {}).get("post")
         if upload is not None:
             _voice_upload(upload, state)

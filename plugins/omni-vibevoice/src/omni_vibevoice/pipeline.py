@@ -72,6 +72,11 @@ class VibeVoicePipeline(AutoregressiveSpeechPipeline):
     #: Voice prompts: reference audio uploaded (``POST /v1/audio/voices``) or sent as ``ref_audio``.
     clones_voices = True
 
+    def warmup_fields(self) -> dict[str, Any]:
+        """A seeded sentence long enough that even random test weights speak a few frames
+        ("Hello." can end before the first one, and a warm-up that makes no audio fails)."""
+        return {"prompt": "A longer sentence, to speak.", "seed": 0}
+
     def __init__(self, model: Any, processor: Any, options: PipelineOptions) -> None:
         super().__init__()
         self.model, self.processor, self.options = model, processor, options
