@@ -170,3 +170,42 @@ def _write_mp4(handle: Any, video: Any, fps: int, *, crf: int = 18, preset: str 
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+
+
+def request_image(value: Any, index: int) -> Any:
+    """A request's ``images[index]`` as a PIL RGB image, from a PIL image, bytes or a file path;
+    an InvalidRequestError naming that image (unreadable, empty, not an image) otherwise: what
+    every image-conditioned pipeline checks before any compute."""
+    from PIL import Image, UnidentifiedImageError
+
+    param = f"images[{index}]" if index else "images"
+    try:
+        if isinstance(value, Image.Image):
+            image = value
+        elif isinstance(value, bytes | bytearray):
+            image = Image.open(io.BytesIO(value))
+        elif isinstance(value, str | Path):
+            image = Image.open(Path(value))
+        else:
+            raise InvalidRequestError(
+                f"images[{index}]: expected an image (PIL, bytes or a path), got "
+                f"{type(value).__name__}",
+                param=param,
+            )
+        image.load()
+        if image.width < 1 or image.height < 1:
+            raise InvalidRequestError(f"images[{index}] is empty", param=param)
+        return image.convert("RGB")
+    except InvalidRequestError:
+        raise
+    except (
+        UnidentifiedImageError,
+        OSError,
+        ValueError,
+        SyntaxError,  # PIL's "broken PNG file"
+        EOFError,
+        Image.DecompressionBombError,
+    ) as exc:
+        raise InvalidRequestError(
+            f"images[{index}] could not be read as an image: {exc}", param=param
+        ) from None

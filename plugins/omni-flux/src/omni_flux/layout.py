@@ -7,7 +7,6 @@ defaults and decoding the input image, which ``prepare`` then trusts).
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from omni_core import GenerationRequest, InvalidRequestError, ModelNotFoundError
+from omni_core.diffusion import request_image
 from omni_flux.extras import FluxExtras, KontextExtras
 
 #: The side of the default size: diffusers' default (128 latents x the VAE's factor 8).
@@ -87,41 +87,6 @@ class FluxLayout:
         )
 
 
-def load_image(value: Any, index: int) -> Any:
-    """A PIL RGB image from a PIL image, bytes or a file path; InvalidRequestError otherwise."""
-    from PIL import Image, UnidentifiedImageError
-
-    param = f"images[{index}]" if index else "images"
-    try:
-        if isinstance(value, Image.Image):
-            image = value
-        elif isinstance(value, bytes | bytearray):
-            image = Image.open(io.BytesIO(value))
-        elif isinstance(value, str | Path):
-            image = Image.open(Path(value))
-        else:
-            raise InvalidRequestError(
-                f"images[{index}]: expected an image (PIL, bytes or a path), got "
-                f"{type(value).__name__}",
-                param=param,
-            )
-        image.load()
-        return image.convert("RGB")
-    except InvalidRequestError:
-        raise
-    except (
-        UnidentifiedImageError,
-        OSError,
-        ValueError,
-        SyntaxError,  # PIL's "broken PNG file"
-        EOFError,
-        Image.DecompressionBombError,
-    ) as exc:
-        raise InvalidRequestError(
-            f"images[{index}] could not be read as an image: {exc}", param=param
-        ) from None
-
-
 def parse_extras(model: type[FluxExtras], extras: dict[str, Any]) -> FluxExtras:
     """``extras`` validated by ``model``; the first problem as an InvalidRequestError."""
     try:
@@ -174,7 +139,7 @@ def check_request(
             f"got {count}",
             param="images",
         )
-    images = [load_image(image, i) for i, image in enumerate(request.images)]
+    images = [request_image(image, i) for i, image in enumerate(request.images)]
     height, width = request.height, request.width
     if images:
         auto_resize = extras.auto_resize if isinstance(extras, KontextExtras) else True

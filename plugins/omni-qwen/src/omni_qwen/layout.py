@@ -7,16 +7,15 @@ defaults and decoding the input images, which ``prepare`` then trusts).
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from omni_core import GenerationRequest, InvalidRequestError, ModelNotFoundError
+from omni_core.diffusion import request_image
 from omni_qwen.extras import QwenImageExtras
 
 #: Output area edits default to (and Edit-2509's VAE input area).
@@ -92,43 +91,6 @@ def calculate_dimensions(area: int, ratio: float) -> tuple[int, int]:
     return round(width / 32) * 32, round(height / 32) * 32
 
 
-def load_image(value: Any, index: int) -> Any:
-    """A PIL RGB image from a PIL image, bytes or a file path; InvalidRequestError otherwise."""
-    from PIL import Image, UnidentifiedImageError
-
-    param = f"images[{index}]" if index else "images"
-    try:
-        if isinstance(value, Image.Image):
-            image = value
-        elif isinstance(value, bytes | bytearray):
-            image = Image.open(io.BytesIO(value))
-        elif isinstance(value, str | Path):
-            image = Image.open(Path(value))
-        else:
-            raise InvalidRequestError(
-                f"images[{index}]: expected an image (PIL, bytes or a path), got "
-                f"{type(value).__name__}",
-                param=param,
-            )
-        image.load()
-        if image.width < 1 or image.height < 1:
-            raise InvalidRequestError(f"images[{index}] is empty", param=param)
-        return image.convert("RGB")
-    except InvalidRequestError:
-        raise
-    except (
-        UnidentifiedImageError,
-        OSError,
-        ValueError,
-        SyntaxError,  # PIL's "broken PNG file"
-        EOFError,
-        Image.DecompressionBombError,
-    ) as exc:
-        raise InvalidRequestError(
-            f"images[{index}] could not be read as an image: {exc}", param=param
-        ) from None
-
-
 def check_request(
     layout: QwenLayout,
     request: GenerationRequest,
@@ -167,7 +129,7 @@ def check_request(
             f"{family} takes at most {high} input image{'s' if high > 1 else ''}, got {count}",
             param="images",
         )
-    images = [load_image(image, i) for i, image in enumerate(request.images)]
+    images = [request_image(image, i) for i, image in enumerate(request.images)]
     height, width = request.height, request.width
     if images:
         reference = images[-1] if image_range[1] > 1 else images[0]
