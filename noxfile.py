@@ -99,7 +99,8 @@ def install_browser(session: nox.Session) -> None:
             f"the browser tests need {' and '.join(map(str, BROWSER_FILES))}: install "
             f"{', '.join(BROWSER_PACKAGES)} (no apt-get on this machine)"
         )
-    session.run(*apt_install_command(), external=True)
+    # run_install, not run: an install step, so `nox --install-only` runs it too
+    session.run_install(*apt_install_command(), external=True)
     missing = [str(p) for p in BROWSER_FILES if not p.exists()]
     if missing:
         session.error(f"apt-get installed {BROWSER_PACKAGES} but {missing} are still missing")
