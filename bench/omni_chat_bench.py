@@ -255,8 +255,8 @@ def run_omni(
     }
 
 
-def answer_audio(pipeline: Any, tokens: int) -> Any:
-    """One streamed answer's audio (numpy), to compare two decode paths."""
+def answer_audio(pipeline: Any, tokens: int) -> tuple[list[int], Any]:
+    """One streamed greedy answer's text ids and audio (numpy), to compare two decode paths."""
     import numpy as np
 
     from omni_core import GenerationRequest
@@ -279,7 +279,7 @@ def answer_audio(pipeline: Any, tokens: int) -> Any:
         runtime.step()
         pieces += [d.audio.samples for d in stream.poll() if d.audio is not None]
     pieces += [d.audio.samples for d in stream.poll() if d.audio is not None]
-    return np.concatenate(pieces)
+    return list(stream.ids), np.concatenate(pieces)
 
 
 def profile_omni(pipeline: Any, concurrency: int, tokens: int, sync: Any) -> dict[str, Any]:
@@ -379,6 +379,9 @@ def main() -> None:
     parser.add_argument("--no-reference", action="store_true")
     parser.add_argument("--profile", default="", help="levels to profile per stage, e.g. 1,8")
     parser.add_argument("--layers", type=int, help="cut every stack (CPU check of the 7B path)")
+    parser.add_argument(
+        "--option", action="append", default=[], help="a load option KEY=VALUE (decode_graphs=on)"
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     _paths()
@@ -412,11 +415,16 @@ def main() -> None:
                 "talker_sample": "off",
                 "audio_chunk_frames": args.chunk_frames,
                 "audio_first_chunk_frames": args.first_chunk_frames,
+                **dict(o.split("=", 1) for o in args.option),
             },
         )
 
         def make(graphs: str) -> Any:
+            # "off": every decode path eager (the DiT's and, with --option decode_graphs=...,
+            # the thinker's and talker's steps)
             extra = options.extra | {"cuda_graphs": graphs}
+            if graphs == "off":
+                extra["decode_graphs"] = "off"
             made = Qwen25OmniPipeline(
                 model, processor, False, replace(options, extra=extra), generation
             )
@@ -458,12 +466,25 @@ def main() -> None:
         run_omni(eager, 1, args.max_tokens, sync)  # warm-up
         eager_level = run_omni(eager, 1, args.max_tokens, sync)
         graphs_report = pipeline.shared_runtime().speech_chain.stages.codec.graphs.report()
-        same = answer_audio(pipeline, args.max_tokens), answer_audio(eager, args.max_tokens)
+        runtime = pipeline.shared_runtime()
+        stages = {"thinker": runtime.stages.decoder, "talker": runtime.speech_chain.stages.decoder}
+        (ids, audio), (eager_ids, eager_audio) = (
+            answer_audio(pipeline, args.max_tokens),
+            answer_audio(eager, args.max_tokens),
+        )
+        size = min(len(audio), len(eager_audio))
         graphs = {
             "dit_graphs": graphs_report,
+            "decode_steps": {
+                name: stage.report() if hasattr(stage, "report") else {"path": "eager"}
+                for name, stage in stages.items()
+            },
             "eager_c1": eager_level,
-            "max_abs_diff_vs_eager": float(abs(same[0] - same[1]).max()),
+            "text_ids_equal_eager": ids == eager_ids,
+            "audio_samples": [len(audio), len(eager_audio)],
+            "max_abs_diff_vs_eager": float(abs(audio[:size] - eager_audio[:size]).max()),
         }
+        print(f"decode steps: {graphs['decode_steps']}; ids equal: {ids == eager_ids}", flush=True)
         print(
             f"omni c=1 eager DiT: ttfa {eager_level['ttfa_s']['mean'] * 1e3:.0f} ms, rtf "
             f"{eager_level['rtf']['mean']:.3f}; graphs vs eager audio max |diff| "

@@ -6,7 +6,7 @@
 # The machine has torch/transformers but no fastapi/uvicorn/pydantic/openai/httpx/websockets:
 # they come from ./.whl (carry ".whl"; fill it with ../shared/tools/device-wheels.sh openai
 # httpx httpcore h11 anyio sniffio idna certifi distro jiter websockets python-multipart
-# prometheus-client). Checkpoints are cached in $CKPT (kept while the machine stays warm).
+# prometheus-client httpx2 httpcore2 truststore: openai 3.x imports httpx2). Checkpoints are cached in $CKPT (kept while the machine stays warm).
 # Writes $OUT/qwen3-tts-http-<models>.json; combine several with --combine.
 set -euo pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 OMNI_PLATFORM=${OMNI_PLATFORM-}

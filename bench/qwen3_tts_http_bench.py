@@ -206,7 +206,7 @@ def in_process(path: Path, model: str, args: argparse.Namespace, device: str) ->
     from omni_core.runtime.jobs import Job
     from omni_core.speech.voices import decode_reference
 
-    omni = Omni(path, device=device)
+    omni = Omni(path, device=device, **args.option)  # what `omni serve --option` loads with
     pipeline = omni.pipeline
     engine = Engine(pipeline, name=model, max_batch=args.max_batch, max_queue=args.max_queue)
     engine.start()
@@ -306,6 +306,7 @@ class Server:
             "warning",
             *(["--no-warmup"] if args.no_warmup else []),
             *(["--timings-log", str(self.timings)] if self.timings else []),
+            *(a for key, value in args.option.items() for a in ("--option", f"{key}={value}")),
             *args.serve_arg,
         ]
         self.log = workdir / f"{model}-serve.log"
@@ -527,6 +528,7 @@ def bench_model(model: str, args: argparse.Namespace, root: Path, workdir: Path)
                     "model": model,
                     "concurrency": n,
                     "path": path_name,
+                    "load_options": args.option,
                     "first_audio_s": level["first_audio_s"],
                     "first_audio_p95_s": level["first_audio_p95_s"],
                     "rtf": level["rtf"],
@@ -616,6 +618,13 @@ def main() -> int:
     parser.add_argument("--no-warmup", action="store_true", help="omni serve --no-warmup")
     parser.add_argument("--no-in-process", action="store_true", help="skip the engine alone")
     parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        help="a load option KEY=VALUE for the served model and the in-process engine alike "
+        "(e.g. codec_graphs=on)",
+    )
+    parser.add_argument(
         "--serve-arg", action="append", default=[], help="one more omni serve argument"
     )
     parser.add_argument("--profile-http", default="", help="levels of a timings-log pass, e.g. 8")
@@ -630,6 +639,9 @@ def main() -> int:
         merged["command"] = [rep["command"] for rep in reports]
         args.out.write_text(json.dumps(merged, indent=2) + "\n")
         return 0
+    if bad := [o for o in args.option if "=" not in o]:
+        parser.error(f"--option takes KEY=VALUE: {', '.join(bad)}")
+    args.option = dict(o.split("=", 1) for o in args.option)
     args.concurrency = _ints(args.concurrency)
     args.profile_http = _ints(args.profile_http)
     args.path = [p.strip() for p in args.path.split(",") if p.strip()]
@@ -651,6 +663,7 @@ def main() -> int:
         "first audio = request start -> first non-empty bytes; rtf = wall / audio seconds "
         "received; in_process_* = the same engine without HTTP, same run",
         "targets": {str(k): {"first_audio_s": v[0], "rtf": v[1]} for k, v in TARGETS.items()},
+        "load_options": args.option,
         "rows": [],
     }
     with tempfile.TemporaryDirectory(prefix="qwen3-tts-http-") as tmp:

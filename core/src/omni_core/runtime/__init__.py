@@ -29,10 +29,13 @@ _face = Face(
             "bucket_for",
             "batch_buckets",
             "key_bucket",
+            "precapture",
+            "SlotIndex",
         ),
         "omni_core.runtime.sampling": (
             "Sampling",
             "sample_tokens",
+            "sample_rows",
             "row_uniform",
             "apply_repetition_penalty",
         ),

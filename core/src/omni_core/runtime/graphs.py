@@ -17,7 +17,10 @@ run such a step at a fixed shape and replay it as one CUDA graph:
   the function up on a side stream, captures it in a ``torch.cuda.CUDAGraph`` (one memory pool
   shared by all its graphs) and replays it; elsewhere, or when capture fails (the reason is
   logged and kept in :attr:`GraphRunner.reason`), it calls the function eagerly: the same
-  static-shape computation, so the output does not depend on the path.
+  static-shape computation, so the output does not depend on the path;
+- :func:`precapture` captures a list of keys at once (every batch bucket at the warm-up
+  request, so no later batch size waits for a capture), and :class:`SlotIndex` keeps the device
+  index of a step's slots while the batch stays the same.
 
 A step function must read its inputs from tensors that outlive it (the runner does not copy
 inputs: the caller ``copy_``'s new values into them before :meth:`GraphRunner.run`), return a
@@ -30,6 +33,7 @@ in the graph's memory until the next replay; the runner hands out clones.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -351,3 +355,40 @@ class GraphRunner:
         self.captured += 1
         log.debug("%s: captured %r", self.name, key)
         return graph, outputs
+
+
+def precapture(
+    runner: GraphRunner,
+    keys: Sequence[Hashable],
+    current: Hashable,
+    make: Callable[[Any], Callable[[], tuple[torch.Tensor, ...]]],
+) -> None:
+    """Capture the graphs of ``keys`` (not ``current``: the caller runs it with real inputs);
+    stops at the first failure (the runner is then eager)."""
+    started, before = time.perf_counter(), runner.captured
+    for key in keys:
+        if not runner.capture:
+            break
+        if key != current and not runner.has(key):
+            runner.run(key, make(key))
+    if runner.captured > before:
+        took = time.perf_counter() - started
+        log.info(
+            "%s: captured %d CUDA graphs in %.2f s", runner.name, runner.captured - before, took
+        )
+
+
+class SlotIndex:
+    """The device tensor of a step's slots, rebuilt only when the slots change (a graphed
+    decode step gathers its rows' outputs with it: no upload while the batch stays)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, ...] = ()
+        self._value: torch.Tensor | None = None
+
+    def __call__(self, slots: tuple[int, ...], device: torch.device) -> torch.Tensor:
+        import torch
+
+        if slots != self._key or self._value is None:
+            self._key, self._value = slots, torch.tensor(slots, dtype=torch.long, device=device)
+        return self._value

@@ -71,17 +71,37 @@ def sample_tokens(
     """``[rows]`` token ids: row ``i`` sampled with ``samplings[i]`` at step ``steps[i]``."""
     import torch
 
-    greedy = logits.argmax(dim=-1)
     if all(s.temperature <= 0 for s in samplings):
-        return greedy
-    device, vocab = logits.device, logits.shape[-1]
-    temps = torch.tensor([max(s.temperature, 1e-5) for s in samplings], device=device)
-    top_p = torch.tensor([s.top_p for s in samplings], device=device)
-    top_k = torch.tensor([s.top_k if s.top_k > 0 else vocab for s in samplings], device=device)
-    seeds = torch.tensor([s.seeded().seed or 0 for s in samplings], device=device)
-    step = torch.tensor(steps, device=device)
-    is_greedy = torch.tensor([s.temperature <= 0 for s in samplings], device=device)
+        return logits.argmax(dim=-1)
+    device = logits.device
+    return sample_rows(
+        logits,
+        temperature=torch.tensor([s.temperature for s in samplings], device=device),
+        top_p=torch.tensor([s.top_p for s in samplings], device=device),
+        top_k=torch.tensor([s.top_k for s in samplings], device=device),
+        seeds=torch.tensor([s.seeded().seed or 0 for s in samplings], device=device),
+        steps=torch.tensor(steps, device=device),
+    )
 
+
+def sample_rows(
+    logits: torch.Tensor,
+    *,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    top_k: torch.Tensor,
+    seeds: torch.Tensor,
+    steps: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`sample_tokens` with every setting a ``[rows]`` device tensor (``top_k`` 0: every
+    token; ``temperature`` 0: greedy): no host value is read, so a captured CUDA graph can run
+    it with settings that change between replays. The same tokens as :func:`sample_tokens`."""
+    import torch
+
+    device, vocab = logits.device, logits.shape[-1]
+    greedy = logits.argmax(dim=-1)
+    temps = temperature.float().clamp(min=1e-5)
+    top_k = torch.where(top_k > 0, top_k, vocab)
     scaled = logits.float() / temps.unsqueeze(1)
     ordered, order = scaled.sort(dim=-1, descending=True)
     rank = torch.arange(vocab, device=device).unsqueeze(0)
@@ -90,10 +110,10 @@ def sample_tokens(
     before = probs.cumsum(dim=-1) - probs  # mass of the tokens ranked above
     probs = probs.masked_fill((before > top_p.unsqueeze(1)) & (rank > 0), 0.0)
     # exponential race: argmax p / E with E ~ Exp(1), the noise keyed by token id
-    noise = row_uniform(seeds, step, vocab).gather(1, order)
+    noise = row_uniform(seeds, steps, vocab).gather(1, order)
     race = probs.double() / (-torch.log(noise))
     picked = order.gather(1, race.argmax(dim=-1, keepdim=True)).squeeze(1)
-    return torch.where(is_greedy, greedy, picked)
+    return torch.where(temperature <= 0, greedy, picked)
 
 
 def apply_repetition_penalty(

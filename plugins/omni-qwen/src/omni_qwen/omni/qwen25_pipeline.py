@@ -23,6 +23,10 @@ Load options (``--option key=value`` / ``Omni(path, key=value)``):
   per input shape (:mod:`.qwen25_dit_graphs`; a fraction of the launch cost, the waveform
   within 1.5e-4 of the eager forward's on an H200);
   ``off``: transformers' eager forward.
+- ``decode_graphs``: the thinker's and talker's decode steps at static shapes over the runtime's
+  caches, replayed as CUDA graphs (:mod:`.qwen25_graphs`): ``on`` (on CUDA; eager elsewhere),
+  ``static`` (the static steps without capture: what the CPU tests check against the eager
+  stages) or ``off`` (default, until measured on a GPU: the eager stages).
 - ``max_len``: positions of one request's thinker cache, prompt + answer (default 8192).
 
 Sampling: ``temperature`` / ``top_p`` / ``top_k`` / ``seed`` of the request drive the thinker
@@ -37,7 +41,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from omni_core import GenerationRequest, InvalidRequestError, PipelineOptions
+from omni_core import ConfigError, GenerationRequest, InvalidRequestError, PipelineOptions
 from omni_core.chat import AutoregressiveChatPipeline, TextStages, TextState
 from omni_core.runtime import Sampling
 from omni_core.speech import ChunkSchedule, Voice
@@ -63,6 +67,8 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         "audio_left_context": "codes of left context per streamed chunk (default 24)",
         "token2wav_steps": "DiT ODE steps (default 10)",
         "cuda_graphs": "on (default): token2wav's DiT replayed as CUDA graphs on CUDA; off: eager",
+        "decode_graphs": "on: thinker and talker decode steps replayed as CUDA graphs on "
+        "CUDA; static: the same static steps uncaptured; off (default): the eager stages",
         "max_len": "thinker cache positions per request, prompt + answer (default 8192)",
     }
 
@@ -97,6 +103,11 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         self.left_context = int(extra.get("audio_left_context", 24))
         self.token2wav_steps = int(extra.get("token2wav_steps", 10))
         self.cuda_graphs = flag("cuda_graphs", extra.get("cuda_graphs", "on"))
+        self.decode_graphs = str(extra.get("decode_graphs", "off")).strip().lower()
+        if self.decode_graphs not in ("on", "static", "off"):
+            raise ConfigError(
+                f"decode_graphs={extra.get('decode_graphs')!r}: expected on, static or off"
+            )
         self.max_len = int(extra.get("max_len", 8192))
         eos = self.generation.get("eos_token_id") or [self.tokenizer.eos_token_id]
         self.stop_ids = sorted({int(i) for i in (eos if isinstance(eos, list) else [eos])})
@@ -141,9 +152,14 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
     # -- the chain ------------------------------------------------------------------------------
 
     def stages(self) -> TextStages:
-        from .qwen25_stages import TalkerFollower, ThinkerStage
+        from functools import partial
 
-        thinker = ThinkerStage(self.model.thinker, self.stop_ids, follow=self.has_talker)
+        from .qwen25_graphs import make_stage
+        from .qwen25_stages import TalkerFollower, TalkerStage, ThinkerStage
+
+        thinker = make_stage(
+            ThinkerStage, self.decode_graphs, self.model.thinker, self.stop_ids, self.has_talker
+        )
         speech = None
         if self.has_talker:
             # streamed answers: chunks with left context; the others (and all of them with
@@ -162,6 +178,7 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
                 steps=self.token2wav_steps,
                 left=self.left_context,
                 graphs=self.cuda_graphs,
+                talker_stage=partial(make_stage, TalkerStage, self.decode_graphs),
             )
 
         def detokenize(ids: list[int]) -> str:

@@ -29,6 +29,7 @@ prompt
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -303,11 +304,20 @@ class TalkerFollower(SpeechFollower):
     lead = 2
 
     def __init__(
-        self, model: Any, speakers: list[dict[str, Any]], schedule: ChunkSchedule, **codec: Any
+        self,
+        model: Any,
+        speakers: list[dict[str, Any]],
+        schedule: ChunkSchedule,
+        *,
+        talker_stage: Callable[..., DecoderStage] | None = None,
+        **codec: Any,
     ) -> None:
         import torch
 
         self.model, self.speakers, self.schedule, self.codec = model, speakers, schedule, codec
+        #: Builds the talker's stage from :class:`TalkerStage`'s arguments (the pipeline's
+        #: ``decode_graphs`` choice; default: :class:`TalkerStage`).
+        self.talker_stage = talker_stage or TalkerStage
         talker = model.talker
         embed = model.thinker.get_input_embeddings()
         device = embed.weight.device
@@ -321,7 +331,9 @@ class TalkerFollower(SpeechFollower):
     def stages(self, reply: ReplyBuffer) -> SpeechStages:
         self.reply = reply
         dit = self.model.token2wav.code2wav_dit_model.config
-        decoder = TalkerStage(self.model.talker, reply, self.text_ends, dit.num_embeds + 1)
+        decoder = self.talker_stage(
+            self.model.talker, reply, self.text_ends, dit.num_embeds + 1
+        )
         codec = Token2WavDecoder(self.model.token2wav, self.speakers, **self.codec)
         max_len = self.model.config.talker_config.max_position_embeddings
         return SpeechStages(decoder=decoder, codec=codec, schedule=self.schedule, max_len=max_len)

@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from omni_core.runtime import GraphRunner, batch_buckets, bucket_for
+from omni_core.runtime import GraphRunner, batch_buckets, bucket_for, precapture
 from omni_core.speech import ChunkSchedule
 
-from .graphs import precapture
 from .stages import CodecStage
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -35,11 +35,13 @@ import torch
 from omni_core.runtime import (
     GraphRunner,
     SlotCache,
+    SlotIndex,
     StaticKVCache,
     StaticSlotView,
     batch_buckets,
     bucket_for,
     key_bucket,
+    precapture,
 )
 from omni_core.speech import ARState, FrameStage, StepOutput
 
@@ -150,37 +152,6 @@ class SlotTables:
         self.text.index_copy_(0, index, torch.where(fed, text, self.pad.index_select(0, index)))
 
 
-def precapture(runner: GraphRunner, keys: list[Any], current: Any, make: Any) -> None:
-    """Capture the graphs of ``keys`` (not ``current``: the caller runs it with real inputs);
-    stops at the first failure (the runner is then eager)."""
-    import time
-
-    started, before = time.perf_counter(), runner.captured
-    for key in keys:
-        if not runner.capture:
-            break
-        if key != current and not runner.has(key):
-            runner.run(key, make(key))
-    if runner.captured > before:
-        took = time.perf_counter() - started
-        log.info(
-            "%s: captured %d CUDA graphs in %.2f s", runner.name, runner.captured - before, took
-        )
-
-
-class _SlotIndex:
-    """The device tensor of the current rows' slots, rebuilt only when the rows change."""
-
-    def __init__(self) -> None:
-        self._key: tuple[int, ...] = ()
-        self._value: torch.Tensor | None = None
-
-    def __call__(self, slots: tuple[int, ...], device: torch.device) -> torch.Tensor:
-        if slots != self._key or self._value is None:
-            self._key, self._value = slots, torch.tensor(slots, dtype=torch.long, device=device)
-        return self._value
-
-
 class GraphTalkerStage(TalkerStage):
     """:class:`TalkerStage` with its decode step static and replayed (module doc)."""
 
@@ -188,7 +159,7 @@ class GraphTalkerStage(TalkerStage):
         super().__init__(model)
         self.runner = GraphRunner("qwen3-tts talker", model.device, capture=capture)
         self.tables: SlotTables | None = None
-        self._index = _SlotIndex()
+        self._index = SlotIndex()
         self._warmed = False
         self._storage: tuple[int, ...] = ()
         self._fns: dict[tuple[int, int, bool], Any] = {}
@@ -327,7 +298,7 @@ class GraphCodePredictorStage(FrameStage):
         self.runner = GraphRunner("qwen3-tts code predictor", self.model.device, capture=capture)
         self._buffers: dict[int, _PredictorBuffers] = {}
         self._fns: dict[tuple[int, bool], Any] = {}
-        self._index = _SlotIndex()
+        self._index = SlotIndex()
         self._warmed = False
 
     def report(self) -> dict[str, Any]:
