@@ -270,3 +270,29 @@ def test_the_upgrade_needs_the_key_and_a_local_origin(server: Any) -> None:
             assert (await _until(conn, "error"))[-1].error.code == "cross_origin_request"
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("vad", [False, True], ids=["commit", "server-vad"])
+def test_bench_serve_realtime_reports_first_audio_and_rtf(
+    server: Any, tmp_path: Any, vad: bool
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from omni_core.commands.bench import bench_serve
+
+    model = next(m for m in OMNI_MODELS if server.has(m))
+    out = tmp_path / "rt.json"
+    args = ["--base-url", server.url, "--task", "realtime", "--model", model]
+    args += ["--api-key", server.api_key, "--num-prompts", "2", "--max-concurrency", "2"]
+    extra = {"max_output_tokens": 6, **({"turn_detection": "server_vad"} if vad else {})}
+    args += ["--warmup-requests", "0", "--extra", json.dumps(extra), "--output", str(out)]
+    result = CliRunner().invoke(bench_serve, args)
+    assert result.exit_code == 0, result.output
+    assert "first audio" in result.output and "real-time factor" in result.output
+    summary = json.loads(out.read_text())
+    assert summary["completed"] == 2 and summary["failed"] == 0
+    assert summary["ttfb_ms"]["p50"] > 0 and summary["real_time_factor"]["mean"] > 0
+    for record in summary["requests"]:
+        assert 0 < record["ttfb_s"] <= record["latency_s"] and record["audio_s"] > 0

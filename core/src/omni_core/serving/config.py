@@ -128,7 +128,7 @@ class ServerConfig(BaseModel):
     realtime_max_sessions: int = Field(16, ge=1)
     realtime_max_s: float = Field(1800.0, gt=0)
     realtime_idle_s: float = Field(120.0, gt=0)
-    realtime_max_audio_bytes: int = Field(48_000 * 600, ge=4800)
+    realtime_max_audio_bytes: int = Field(int(27.5 * 1024 * 1024), ge=4800)
     realtime_max_turns: int = Field(200, ge=1)
     #: Append server-side timestamps of each streamed request here (``--timings-log``;
     #: omni_core.serving.timings); None: off.
