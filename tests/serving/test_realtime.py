@@ -296,3 +296,43 @@ def test_bench_serve_realtime_reports_first_audio_and_rtf(
     assert summary["ttfb_ms"]["p50"] > 0 and summary["real_time_factor"]["mean"] > 0
     for record in summary["requests"]:
         assert 0 < record["ttfb_s"] <= record["latency_s"] and record["audio_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("limit", "value", "code"),
+    [
+        ("realtime_idle_s", 0.5, "idle_timeout"),
+        ("realtime_max_s", 1.0, "session_expired"),
+        ("realtime_max_audio_bytes", 9600, "session_audio_limit"),
+        ("realtime_max_turns", 1, "session_turn_limit"),
+    ],
+)
+def test_a_session_limit_ends_the_session(server: Any, limit: str, value: Any, code: str) -> None:
+    import websockets
+
+    config = server.state.config
+    before = getattr(config, limit)
+
+    async def main() -> None:
+        async with _client(server).realtime.connect(model="qwen25") as conn:
+            await _until(conn, "session.created")
+            await _manual(conn)
+            if limit == "realtime_max_audio_bytes":
+                await conn.input_audio_buffer.append(audio=base64.b64encode(b"\0" * 12000).decode())
+            elif limit == "realtime_max_turns":
+                for text in ("one", "two"):
+                    await conn.conversation.item.create(
+                        item={"type": "message", "role": "user",
+                              "content": [{"type": "input_text", "text": text}]}
+                    )  # fmt: skip
+            errors = _of(await _until(conn, "error", timeout=30), "error")
+            assert errors[-1].error.code == code
+            with pytest.raises(websockets.ConnectionClosed):  # and the socket closes
+                await asyncio.wait_for(conn.recv(), 10)
+
+    server.need("qwen25")
+    setattr(config, limit, value)
+    try:
+        asyncio.run(main())
+    finally:
+        setattr(config, limit, before)

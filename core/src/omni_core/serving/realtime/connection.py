@@ -42,6 +42,7 @@ class Connection:
         self.voices = [v.id for v in pipeline.voices()]
         self.speaks = "audio" in pipeline.output_modalities
         self.hears = "audio" in pipeline.input_modalities
+        self.reads = ", ".join(pipeline.input_modalities)
         self.session = RealtimeSession(
             served.id, self.voices[0] if self.voices else None, state.config
         )
@@ -74,9 +75,8 @@ class Connection:
         await handler(self, data)
 
     def _no_ears(self) -> EventError:
-        reads = ", ".join(self.served.pipeline.input_modalities)  # type: ignore[attr-defined]
         return EventError(
-            f"model {self.served.id!r} cannot take audio in (it reads {reads}): send text "
+            f"model {self.served.id!r} cannot take audio in (it reads {self.reads}): send text "
             "items (conversation.item.create with input_text)",
             "unsupported_input_modality",
             "audio",

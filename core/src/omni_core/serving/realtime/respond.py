@@ -145,17 +145,20 @@ class Answer:
             if self.reason is not None:  # cancelled by the client or barge-in: say so
                 await self._close("cancelled", self.reason, None, truncated=True)
         except Exception as exc:  # noqa: BLE001 - the answer fails, the session goes on
+            if job is not None and self.served.engine is not None and not job.future.done():
+                self.served.engine.cancel(job, "the answer failed")
             api = exc if isinstance(exc, APIError) else from_exception(exc)
             log.info("realtime answer %s failed: %s", self.id, api.message)
+            self.item.status = "incomplete"
             if self.item in self.session.items and not self.item.text:
                 self.session.items.remove(self.item)
-            await self.send(
-                error_event(api.message, api.code or "invalid_request", api.param, None)
-            )
             details = {"type": "failed", "error": {"type": api.type, "code": api.code}}
-            await self.send(
-                event("response.done", response=self.shape("failed", [], status_details=details))
-            )
+            done = self.shape("failed", [], status_details=details)
+            with contextlib.suppress(Exception):  # the client may be what failed
+                await self.send(
+                    error_event(api.message, api.code or "server_error", api.param, None)
+                )
+                await self.send(event("response.done", response=done))
 
     async def _open(self) -> None:
         previous = self.session.add(self.item)

@@ -19,7 +19,7 @@ from typing import Any
 
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
-from omni_core.serving.errors import APIError
+from omni_core.serving.errors import APIError, from_exception
 from omni_core.serving.guards import bearer_ok, websocket_refusal
 from omni_core.serving.models import pick
 from omni_core.serving.realtime.events import EventError, error_event
@@ -139,10 +139,16 @@ async def _serve(websocket: WebSocket, connection: Any, send: Any) -> None:
             client_event_id = data.get("event_id")
             await connection.handle(data)
         except EventError as exc:
-            await send(error_event(str(exc), exc.code, exc.param, client_event_id))
-            if exc.fatal:
+            if exc.fatal:  # a session limit: said once, then the session ends
                 raise _End(str(exc), exc.code) from None
+            await send(error_event(str(exc), exc.code, exc.param, client_event_id))
         except APIError as exc:  # what the request builder refused (a 400 over HTTP)
             await send(
                 error_event(exc.message, exc.code or "invalid_request", exc.param, client_event_id)
             )
+        except (WebSocketDisconnect, _End):
+            raise
+        except Exception as exc:  # a bug in one event does not end the session
+            log.exception("realtime: handling %s failed", message.get("text", "")[:80])
+            api = from_exception(exc)
+            await send(error_event(api.message, api.code or "server_error", None, client_event_id))
