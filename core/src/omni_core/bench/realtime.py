@@ -12,6 +12,7 @@ sessions run at once.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import time
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 RATE = 24000
 
 
+@functools.cache
 def voiced_clip(seconds: float = 1.0) -> bytes:
     """PCM16 of a vowel-like signal (a gliding 140 Hz pulse train with formants: what VAD
     takes for speech), then 0.8 s of silence."""
@@ -41,10 +43,11 @@ def ws_url(base_url: str, model: str) -> str:
     return f"{scheme}{base[base.index(':') :]}/v1/realtime?model={model}"
 
 
-async def realtime_turn(config: Any, record: Any, clip: bytes) -> None:
+async def realtime_turn(config: Any, record: Any) -> None:
     """One session, one spoken turn; fills ``record`` (ttfb_s, audio_s, latency_s)."""
     import websockets
 
+    clip = voiced_clip()
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     vad = config.extra.get("turn_detection") == "server_vad"
     tokens = config.extra.get("max_output_tokens", 64)

@@ -20,8 +20,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from omni_core.bench.realtime import realtime_turn, voiced_clip
-
 Task = Literal["t2i", "i2i", "t2v", "tts", "chat-t2i", "chat-i2i", "realtime"]
 #: The modality each task needs; chat-* drive /v1/chat/completions (vLLM-Omni's image path).
 MODALITY = {
@@ -135,7 +133,6 @@ class BenchRunner:
         self.config = config
         self.rng = random.Random(config.seed)
         self.image = _input_png(config.size) if config.task.endswith("i2i") else b""
-        self.clip = voiced_clip() if config.task == "realtime" else b""
 
     def _prompt(self, i: int) -> str:
         if self.config.task == "tts":
@@ -187,7 +184,9 @@ class BenchRunner:
         record = RequestRecord(index=i, start_s=start - t_origin, latency_s=0.0, status="ok")
         try:
             if c.task == "realtime":  # its own clock: from the commit (omni_core.bench.realtime)
-                await realtime_turn(c, record, self.clip)
+                from omni_core.bench.realtime import realtime_turn
+
+                await realtime_turn(c, record)
                 return record
             if c.task == "t2i":
                 body = {**self._fields(i), "prompt": self._prompt(i)}
