@@ -69,7 +69,7 @@ async def _text_turn(conn: Any, text: str) -> list[Any]:
 async def _manual(conn: Any) -> None:
     """A session that commits its audio itself (no server VAD)."""
     await conn.session.update(
-        session={"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+        session={"type": "realtime", "temperature": 0, "audio": {"input": {"turn_detection": None}}}
     )
     await _until(conn, "session.updated")
 
@@ -132,6 +132,7 @@ def test_server_vad_answers_by_itself_and_barge_in_cuts_an_answer(server: Any) -
                 session={
                     "type": "realtime",
                     "max_output_tokens": 256,
+                    "temperature": 0,
                     "audio": {
                         "input": {
                             "turn_detection": {"type": "server_vad", "silence_duration_ms": 300}
@@ -172,6 +173,7 @@ def test_bad_events_get_error_events_and_the_session_goes_on(server: Any) -> Non
             bad = [
                 {"type": "no.such.event", "event_id": "e1"},
                 {"type": "input_audio_buffer.append", "audio": "%%%"},
+                {"type": "input_audio_buffer.append", "audio": base64.b64encode(b"odd").decode()},
                 {"type": "session.update", "session": {"audio": {"output": {"voice": "nobody"}}}},
                 {"type": "input_audio_buffer.commit"},  # empty buffer
                 {"type": "response.cancel"},  # nothing to cancel
@@ -185,6 +187,7 @@ def test_bad_events_get_error_events_and_the_session_goes_on(server: Any) -> Non
                 assert error.message and error.type == "invalid_request_error"
             assert codes == [
                 "invalid_event",
+                "invalid_value",
                 "invalid_value",
                 "invalid_value",
                 "input_audio_buffer_commit_empty",
@@ -286,7 +289,8 @@ def test_bench_serve_realtime_reports_first_audio_and_rtf(
     out = tmp_path / "rt.json"
     args = ["--base-url", server.url, "--task", "realtime", "--model", model]
     args += ["--api-key", server.api_key, "--num-prompts", "2", "--max-concurrency", "2"]
-    extra = {"max_output_tokens": 6, **({"turn_detection": "server_vad"} if vad else {})}
+    extra = {"max_output_tokens": 6, "temperature": 0}
+    extra.update({"turn_detection": "server_vad"} if vad else {})
     args += ["--warmup-requests", "0", "--extra", json.dumps(extra), "--output", str(out)]
     result = CliRunner().invoke(bench_serve, args)
     assert result.exit_code == 0, result.output
@@ -336,3 +340,34 @@ def test_a_session_limit_ends_the_session(server: Any, limit: str, value: Any, c
         asyncio.run(main())
     finally:
         setattr(config, limit, before)
+
+
+def test_response_cancel_keeps_the_partial_answer_for_the_next_turn(server: Any) -> None:
+    model = next(m for m in OMNI_MODELS if server.has(m))
+
+    async def main() -> None:
+        async with _client(server).realtime.connect(model=model) as conn:
+            await _until(conn, "session.created")
+            await _manual(conn)
+            await conn.conversation.item.create(
+                item={"type": "message", "role": "user",
+                      "content": [{"type": "input_text", "text": "Tell me a long story."}]}
+            )  # fmt: skip
+            await conn.response.create(response={"max_output_tokens": 256})
+            await _until(conn, "response.output_audio_transcript.delta")
+            await conn.response.cancel()
+            events = await _until(conn, "response.done")
+            done = events[-1].response
+            assert done.status == "cancelled" and done.status_details.reason == "client_cancelled"
+            partial = done.output[0]
+            assert partial.status == "incomplete" and partial.content[0].transcript
+            retrieved = await conn.send(
+                {"type": "conversation.item.retrieve", "item_id": partial.id}
+            )
+            assert retrieved is None
+            item = (await _until(conn, "conversation.item.retrieved"))[-1].item
+            assert item.content[0].transcript == partial.content[0].transcript
+            follow = await _text_turn(conn, "And then?")
+            assert follow[-1].response.status == "completed"
+
+    asyncio.run(main())

@@ -6,7 +6,8 @@ at ``input_audio_buffer.speech_stopped``), appends one second of a voiced clip i
 commits it and asks for an answer. Measured from the commit (or the end of speech) to the first
 ``response.output_audio.delta`` (``ttfb_s``) and to ``response.done`` (``latency_s``); the real-
 time factor is that latency over the seconds of audio the answer held. ``--max-concurrency``
-sessions run at once.
+sessions run at once; ``max_output_tokens`` (default 64) and ``temperature`` in ``--extra`` go
+to each session.
 """
 
 from __future__ import annotations
@@ -68,13 +69,19 @@ async def realtime_turn(config: Any, record: Any) -> None:
 
         await until("session.created")
         detection = {"type": "server_vad", "silence_duration_ms": 500} if vad else None
-        await send({"type": "session.update", "session": {
-            "type": "realtime", "max_output_tokens": tokens,
-            "audio": {"input": {"turn_detection": detection}}}})  # fmt: skip
+        session: dict[str, Any] = {"type": "realtime", "max_output_tokens": tokens}
+        session["audio"] = {"input": {"turn_detection": detection}}
+        if "temperature" in config.extra:
+            session["temperature"] = config.extra["temperature"]
+        await send({"type": "session.update", "session": session})
         await until("session.updated")
         for at in range(0, len(clip), RATE // 5):  # 100 ms of PCM16
-            await send({"type": "input_audio_buffer.append",
-                        "audio": base64.b64encode(clip[at : at + RATE // 5]).decode()})  # fmt: skip
+            await send(
+                {
+                    "type": "input_audio_buffer.append",
+                    "audio": base64.b64encode(clip[at : at + RATE // 5]).decode(),
+                }
+            )
         if vad:
             await until("input_audio_buffer.speech_stopped")
             start = time.perf_counter()

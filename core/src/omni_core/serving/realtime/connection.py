@@ -116,6 +116,12 @@ class Connection:
         if not self.hears:
             raise self._no_ears()
         audio = decode_b64(data.get("audio"), "audio")
+        if len(audio) % 2:
+            raise EventError(
+                f"audio: PCM16 has 2 bytes a sample, got {len(audio)} bytes",
+                "invalid_value",
+                "audio",
+            )
         self.session.append(audio)
         await self._ensure_vad()  # its stream position: before this piece
         self.samples += len(audio) // 2
@@ -241,10 +247,10 @@ class Connection:
                 )
         if isinstance(given.get("instructions"), str):
             overrides["instructions"] = given["instructions"]
-        if "max_output_tokens" in given:
-            overrides["max_output_tokens"] = apply_update(
-                self.session.settings, {"max_output_tokens": given["max_output_tokens"]}, []
-            )["max_output_tokens"]
+        for key in ("max_output_tokens", "temperature"):  # checked as session.update checks
+            if key in given:
+                checked = apply_update(self.session.settings, {key: given[key]}, self.voices)
+                overrides[key] = checked[key]
         await self._respond(overrides)
 
     async def _respond(self, overrides: dict[str, Any]) -> None:

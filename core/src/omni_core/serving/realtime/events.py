@@ -159,6 +159,8 @@ def apply_update(session: dict[str, Any], update: Any, voices: list[str]) -> dic
             out[key] = value
         elif key == "output_modalities":
             out[key] = output_modalities(value, param)
+        elif key == "temperature":  # the beta API's field (GA dropped it): 0 is greedy
+            out[key] = _number(value, param, 0.0, 2.0)
         elif key == "max_output_tokens":
             if value != "inf":
                 _number(value, param, 1, 4096)

@@ -67,6 +67,7 @@ class Answer:
         self.instructions = overrides.get("instructions")
         self.max_tokens = overrides.get("max_output_tokens", settings["max_output_tokens"])
         self.voice = settings["audio"]["output"]["voice"]
+        self.temperature = overrides.get("temperature", settings.get("temperature"))
         self.id = new_id("resp")
         self.item = Item(new_id("item"), "assistant", status="in_progress")
         self.audio_bytes = 0
@@ -101,7 +102,11 @@ class Answer:
         }
 
     def item_shape(self) -> dict[str, Any]:
-        return assistant_item(self.item.id, self.spoken, self.item.status, self.item.text)
+        """The assistant item as it is now (kept on the item: what ``.retrieve`` answers)."""
+        self.item.shape = assistant_item(
+            self.item.id, self.spoken, self.item.status, self.item.text
+        )
+        return self.item.shape
 
     def _request(self) -> Any:
         messages = self.session.messages()
@@ -116,6 +121,7 @@ class Answer:
             "voice": self.voice if self.spoken else None,
             "max_tokens": None if self.max_tokens == "inf" else int(self.max_tokens),
             "sample_rate": SAMPLE_RATE if self.spoken else None,
+            "temperature": self.temperature,
             "stream": True,
         }
         fields = {k: v for k, v in fields.items() if v is not None}

@@ -110,6 +110,10 @@ class RealtimeSession:
     # -- the conversation -------------------------------------------------------------------
     def add(self, item: Item, after: str | None = None) -> str | None:
         """Add ``item`` (after ``after``, or last); returns the id of the item before it."""
+        if any(it.id == item.id for it in self.items):
+            raise EventError(
+                f"item.id: {item.id!r} is in the conversation already", "invalid_value", "item.id"
+            )
         if item.role == "user":
             self.count_turn()
         if after is None:
