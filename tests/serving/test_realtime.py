@@ -16,7 +16,6 @@ import pytest
 from .conftest import OMNI_MODELS, Checkpoints, _build, server_config, start_server
 from .voiced import pcm16, silence, voiced
 
-pytest.importorskip("silero_vad", reason="the realtime extra: pip install 'omni-core[realtime]'")
 TOKENS = 8
 
 
@@ -273,6 +272,37 @@ def test_the_upgrade_needs_the_key_and_a_local_origin(server: Any) -> None:
             assert (await _until(conn, "error"))[-1].error.code == "cross_origin_request"
 
     asyncio.run(main())
+    # DNS rebinding: a page's own host name pointed at loopback (clients cannot replace Host,
+    # so the handshake is written by hand)
+    assert _first_event(server, "evil.example")["error"]["code"] == "invalid_host"
+
+
+def _first_event(server: Any, host: str) -> dict[str, Any]:
+    """The first server event of a WebSocket handshake sent with ``Host: host``."""
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(server.url)
+    with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
+        sock.sendall(
+            f"GET /v1/realtime?model=deaf HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            f"Sec-WebSocket-Version: 13\r\nAuthorization: Bearer {server.api_key}\r\n\r\n".encode()
+        )
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(4096)
+        head, _, data = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101")
+        while len(data) < 4:
+            data += sock.recv(4096)
+        size, start = data[1] & 0x7F, 2
+        if size == 126:
+            size, start = int.from_bytes(data[2:4], "big"), 4
+        while len(data) < start + size:
+            data += sock.recv(4096)
+        return json.loads(data[start : start + size])
 
 
 @pytest.mark.parametrize("vad", [False, True], ids=["commit", "server-vad"])
