@@ -1,8 +1,8 @@
 """Server VAD: where the speaker starts and stops, from Silero VAD (``pip install
 'omni-core[realtime]'``; MIT, its model ships inside the wheel, runs on the CPU in well under a
 millisecond per 32 ms window, and is what most open voice stacks use; webrtcvad's GMM was the
-other candidate, but it has no probability to put ``threshold`` on and marks steady noise as
-speech).
+other candidate, but it answers yes or no per frame at one of four aggressiveness modes: no
+probability to put ``threshold`` on).
 
 The stream is 24 kHz PCM; Silero reads 512-sample windows at 16 kHz, so each 768-sample window
 is resampled by interpolation (VAD needs no fidelity). A window whose speech probability reaches
