@@ -143,13 +143,20 @@ def test_server_vad_answers_by_itself_and_barge_in_cuts_an_answer(server: Any) -
             await speak(conn, silence(0.5))
             await speak(conn, voiced(1.0))
             started = await _until(conn, "input_audio_buffer.speech_started")
-            assert 300 <= started[-1].audio_start_ms <= 700
+            # the voice starts at 500 ms; audio_start_ms is prefix_padding_ms (300) before
+            assert 100 <= started[-1].audio_start_ms <= 400
             await speak(conn, silence(0.6))  # the end of speech: committed and answered
             events = await _until(conn, "response.output_audio.delta")
             stopped = _of(events, "input_audio_buffer.speech_stopped")[0]
             assert stopped.audio_end_ms > started[-1].audio_start_ms
             committed = _of(events, "input_audio_buffer.committed")[0]
             assert committed.item_id == started[-1].item_id
+            # the committed turn is the audio from audio_start_ms to the end of the silence
+            await conn.send({"type": "conversation.item.retrieve", "item_id": committed.item_id})
+            heard = (await _until(conn, "conversation.item.retrieved"))[-1].item
+            ms = len(base64.b64decode(heard.content[0].audio)) // 48
+            spoken = stopped.audio_end_ms - started[-1].audio_start_ms
+            assert spoken + 300 <= ms <= spoken + 300 + 200  # + silence_duration_ms (+ a piece)
             # barge-in: speech while the answer is being spoken cancels it
             await speak(conn, voiced(0.5, seed=2))
             events = await _until(conn, "response.done")

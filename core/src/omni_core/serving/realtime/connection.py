@@ -9,6 +9,8 @@ the session goes on; only the session's limits and a bad key end it.
 from __future__ import annotations
 
 import asyncio
+import base64
+import copy
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,7 @@ from omni_core.serving.realtime.events import (
     output_modalities,
 )
 from omni_core.serving.realtime.respond import Answer, stop
-from omni_core.serving.realtime.session import RealtimeSession, decode_b64, pcm16
+from omni_core.serving.realtime.session import RealtimeSession, decode_b64, pcm16, to_pcm16
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.serving.models import ServedModel
@@ -138,14 +140,18 @@ class Connection:
 
     async def _speech_started(self, sample: int) -> None:
         detection = self.session.settings["audio"]["input"]["turn_detection"]
+        assert self.vad is not None
+        origin = self.samples - len(self.session.buffer) // 2  # the buffer's first sample
+        # where the committed audio will begin: prefix_padding_ms before the speech (OpenAI's
+        # audio_start_ms includes the padding)
+        self.speech_from = max(origin, sample - self.vad.padding)
         await self.send(
             event(
                 "input_audio_buffer.speech_started",
-                audio_start_ms=self._ms(sample),
+                audio_start_ms=self._ms(self.speech_from),
                 item_id=self.session.pending_item,
             )
         )
-        self.speech_from = sample
         if detection["interrupt_response"] and self.task is not None and not self.task.done():
             assert self.answer is not None
             await stop(self.task, self.answer, "turn_detected")  # barge-in
@@ -161,8 +167,7 @@ class Connection:
             )
         )
         origin = self.samples - len(self.session.buffer) // 2  # the buffer's first sample
-        start = max(0, self.speech_from - self.vad.padding - origin)
-        await self._commit(start * 2)
+        await self._commit(max(0, self.speech_from - origin) * 2)
         if detection["create_response"]:
             await self._respond({})
 
@@ -226,8 +231,15 @@ class Connection:
         )
 
     async def item_retrieve(self, data: dict[str, Any]) -> None:
+        """The item, with a user turn's audio (base64 PCM16, as OpenAI's retrieve answers)."""
         item = self.session.find(data.get("item_id"))
-        await self.send(event("conversation.item.retrieved", item=item.shape))
+        shape = copy.deepcopy(item.shape)
+        if item.audio is not None:
+            for part in shape["content"]:
+                if part["type"] == "input_audio":
+                    part["audio"] = base64.b64encode(to_pcm16(item.audio)).decode()
+                    break
+        await self.send(event("conversation.item.retrieved", item=shape))
 
     # -- answers ------------------------------------------------------------------------------
     async def response_create(self, data: dict[str, Any]) -> None:

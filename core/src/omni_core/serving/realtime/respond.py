@@ -32,7 +32,7 @@ from omni_core.serving.realtime.events import (
     event,
     new_id,
 )
-from omni_core.serving.realtime.session import Item, RealtimeSession
+from omni_core.serving.realtime.session import Item, RealtimeSession, to_pcm16
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.serving.models import ServedModel
@@ -40,12 +40,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("omni.serving")
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-def _pcm16(samples: Any) -> bytes:
-    import numpy as np
-
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
 
 
 class Answer:
@@ -200,7 +194,7 @@ class Answer:
                 from omni_core.media.dsp import resample
 
                 samples = resample(samples, chunk.sample_rate, SAMPLE_RATE)
-            data = _pcm16(samples)
+            data = to_pcm16(samples)
             if self.first_audio_at is None:
                 self.first_audio_at = time.monotonic()
             self.audio_bytes += len(data)

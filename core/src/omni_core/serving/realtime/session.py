@@ -49,6 +49,13 @@ def pcm16(data: bytes) -> np.ndarray:
     return np.frombuffer(data[: len(data) // 2 * 2], dtype="<i2").astype(np.float32) / 32768.0
 
 
+def to_pcm16(samples: np.ndarray) -> bytes:
+    """float32 samples -> PCM16 little-endian bytes (clipped to [-1, 1])."""
+    import numpy as np
+
+    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+
+
 def decode_b64(value: Any, param: str) -> bytes:
     if not isinstance(value, str):
         raise EventError(f"{param}: expected base64 PCM16 audio", "invalid_value", param)
