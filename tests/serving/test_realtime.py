@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,11 +40,21 @@ def _client(server: Any) -> Any:
     return openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=server.api_key, max_retries=0)
 
 
+@functools.cache
+def _server_events() -> Any:
+    from openai.types.realtime.realtime_server_event import RealtimeServerEvent
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(RealtimeServerEvent)
+
+
 async def _until(conn: Any, kind: str, timeout: float = 120) -> list[Any]:
-    """Events up to and including the first of ``kind``."""
+    """Events up to and including the first of ``kind``, each validated against the SDK's own
+    event models (the client itself only constructs them, unchecked)."""
     events = []
     while True:
-        event = await asyncio.wait_for(conn.recv(), timeout)
+        raw = await asyncio.wait_for(conn.recv_bytes(), timeout)
+        event = _server_events().validate_json(raw)
         events.append(event)
         if event.type == kind:
             return events
