@@ -17,6 +17,7 @@ through ``usage.prompt_tokens`` and the greedy answer what the server decoded.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -235,7 +236,12 @@ class AcmeChatPipeline(AutoregressiveChatPipeline):
         wanted = str(options.extra.get("enable_audio_output", True)).lower() not in ("false", "0")
         if wanted and (path / "talker").is_dir():
             talker = load_talker(path / "talker").to(device)
-        return cls(lm, tokenizer, talker, options)
+        pipeline = cls(lm, tokenizer, talker, options)
+        if (path / "acme.json").is_file():  # a checkpoint that reads no audio (build_tiny_chat)
+            pipeline.input_modalities = tuple(
+                json.loads((path / "acme.json").read_text())["inputs"]
+            )
+        return pipeline
 
     def voices(self) -> list[Voice]:
         if self.talker is None:
@@ -335,8 +341,9 @@ def load_talker(folder: Path) -> Talker:
     return talker.eval()
 
 
-def build_tiny_chat(path: Path, *, talker: bool = False, seed: int = 0) -> Path:
-    """A tiny random checkpoint in the real layout (a talker/ folder when ``talker``)."""
+def build_tiny_chat(path: Path, *, talker: bool = False, seed: int = 0, hears: bool = True) -> Path:
+    """A tiny random checkpoint in the real layout (a talker/ folder when ``talker``; with
+    ``hears=False`` its ``acme.json`` says it reads no audio)."""
     from safetensors.torch import save_file
 
     path.mkdir(parents=True, exist_ok=True)
@@ -355,6 +362,8 @@ def build_tiny_chat(path: Path, *, talker: bool = False, seed: int = 0) -> Path:
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     lm = Qwen2ForCausalLM(_qwen2(len(tokenizer), eos_token_id=eos, pad_token_id=eos)).eval()
     lm.save_pretrained(path)
+    if not hears:
+        (path / "acme.json").write_text(json.dumps({"inputs": ["text", "image", "video"]}))
     if talker:
         model = Talker(Qwen2ForCausalLM(_qwen2(CODES)))
         model.lm.save_pretrained(path / "talker")

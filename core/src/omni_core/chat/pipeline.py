@@ -21,7 +21,7 @@ from omni_core.chat.runtime import ChatRuntime
 from omni_core.chat.stages import TextStages, TextState
 from omni_core.contract.collect import ChatCollector
 from omni_core.contract.errors import InvalidRequestError
-from omni_core.contract.messages import ChatDelta, ChatMessage, Modality
+from omni_core.contract.messages import ChatDelta, ChatMessage, Modality, PartKind
 from omni_core.contract.pipeline import StreamedPipeline
 from omni_core.contract.types import GenerationRequest, Voice
 from omni_core.runtime.autoregressive import AutoregressivePipeline
@@ -33,6 +33,10 @@ class ChatPipeline(StreamedPipeline[ChatDelta]):
     #: What the loaded model can answer with; a model loaded without its speech chain answers
     #: ``("text",)`` only (set it in ``from_pretrained``).
     output_modalities: tuple[Modality, ...] = ("text",)
+    #: What the model reads in a user turn (a part of another kind is a 400 naming it, and
+    #: ``/v1/realtime`` refuses microphone audio of a model without ``"audio"``); set it in
+    #: ``from_pretrained`` when it depends on the checkpoint.
+    input_modalities: tuple[PartKind, ...] = ("text", "image", "audio", "video")
 
     @abstractmethod
     def chat(self, request: GenerationRequest) -> Iterator[ChatDelta]:
@@ -71,6 +75,14 @@ class ChatPipeline(StreamedPipeline[ChatDelta]):
                 "messages: the last message must be the user's (the model answers it)",
                 param="messages",
             )
+        for i, message in enumerate(request.messages):
+            for j, part in enumerate(message.parts):
+                if part.kind not in self.input_modalities:
+                    where = f"messages[{i}].content[{j}]"
+                    reads = ", ".join(self.input_modalities)
+                    raise InvalidRequestError(
+                        f"{where}: this model reads {reads}, not {part.kind}", param=where
+                    )
         unknown = [m for m in request.modalities if m not in self.output_modalities]
         if unknown or not request.modalities:
             served = ", ".join(self.output_modalities)

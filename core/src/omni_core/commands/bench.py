@@ -72,9 +72,10 @@ def _extra(value: str | None) -> dict[str, Any]:
 )
 @click.option(
     "--task",
-    type=click.Choice(["t2i", "i2i", "t2v", "tts", "chat-t2i", "chat-i2i"]),
+    type=click.Choice(["t2i", "i2i", "t2v", "tts", "chat-t2i", "chat-i2i", "realtime"]),
     required=True,
-    help="chat-t2i / chat-i2i drive POST /v1/chat/completions (vLLM-Omni's image path).",
+    help="chat-t2i / chat-i2i drive POST /v1/chat/completions (vLLM-Omni's image path); "
+    "realtime: one spoken turn per /v1/realtime session (first audio from the commit, RTF).",
 )
 @click.option("--model", default=None, help="Model id (default: the first that fits --task).")
 @click.option("--num-prompts", default=32, show_default=True, type=click.IntRange(1, 1_000_000))

@@ -20,6 +20,7 @@ from omni_core.commands.options import (
     check_load_options,
     check_option_keys,
 )
+from omni_core.commands.realtime_options import realtime_options
 from omni_core.commands.storage_options import storage_options
 from omni_core.contract.errors import OmniError
 from omni_core.serving.config import DEFAULT_REQUEST_TIMEOUT_S
@@ -208,6 +209,7 @@ def _preflight(config: ServerConfig) -> None:
     "which its serving benchmark prints); without it only requests sending 'X-Omni-Timings: 1'.",
 )
 @connection_options
+@realtime_options
 @answer_options
 @click.option(
     "--public-url",
@@ -279,6 +281,7 @@ def serve(
     limits: dict[str, object],
     report_timings: bool,
     connections: dict[str, float],
+    realtime: dict[str, float],
     answers: dict[str, str],
     public_url: str | None,
     no_warmup: bool,
@@ -358,6 +361,7 @@ def serve(
             **limits,
             report_timings=report_timings,
             **connections,
+            **realtime,
             **answers,
             public_url=public_url,
             options=options,

@@ -36,6 +36,7 @@ from omni_core.serving.guards import BrowserGuardMiddleware
 from omni_core.serving.metrics import MetricsMiddleware
 from omni_core.serving.openapi import document
 from omni_core.serving.playground import add_playground
+from omni_core.serving.realtime import route as realtime_route
 from omni_core.serving.routes import knobs, system
 from omni_core.serving.routes.chat import completions
 from omni_core.serving.routes.diffusion import audio, images, videos
@@ -118,6 +119,7 @@ def create_app(config: ServerConfig, *, preloaded: Mapping[str, Omni] | None = N
         routes.add_routes(v1, state)
     app.include_router(v1)
     stream.add_websocket(app, state)
+    realtime_route.add_websocket(app, state)
     system.add_open_routes(app, state)
     if config.playground:
         add_playground(app)

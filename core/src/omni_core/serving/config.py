@@ -122,6 +122,14 @@ class ServerConfig(BaseModel):
     #: before a session is closed, and seconds a session may last in all.
     stream_idle_s: float = Field(30.0, gt=0)
     stream_max_s: float = Field(DEFAULT_REQUEST_TIMEOUT_S, gt=0)
+    #: ``/v1/realtime`` sessions (omni_core.serving.realtime): sessions open at once, seconds a
+    #: session may last, seconds without a client event, input audio bytes (PCM16 at 24 kHz:
+    #: 48 000 a second) and user turns per session.
+    realtime_max_sessions: int = Field(16, ge=1)
+    realtime_max_s: float = Field(1800.0, gt=0)
+    realtime_idle_s: float = Field(120.0, gt=0)
+    realtime_max_audio_bytes: int = Field(int(27.5 * 1024 * 1024), ge=4800)
+    realtime_max_turns: int = Field(200, ge=1)
     #: Append server-side timestamps of each streamed request here (``--timings-log``;
     #: omni_core.serving.timings); None: off.
     timings_log: Path | None = None

@@ -19,6 +19,7 @@ Two ways a page the user merely visits could use an ``omni serve`` on their mach
 
 from __future__ import annotations
 
+import hmac
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -103,3 +104,13 @@ def websocket_refusal(scope: dict[str, Any], config: ServerConfig) -> APIError |
     guard = BrowserGuardMiddleware(None, config)
     guard.check_origin = True
     return guard.refusal({**scope, "method": "POST"})
+
+
+def bearer_ok(headers: Any, config: ServerConfig) -> bool:
+    """A WebSocket handshake's ``Authorization: Bearer KEY`` (the ``/v1`` router's key check
+    reads HTTP requests only): true on a server without a key."""
+    key = config.api_key
+    if not key:
+        return True
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())

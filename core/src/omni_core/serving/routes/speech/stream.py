@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import re
@@ -30,7 +29,7 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from omni_core.contract.types import AudioChunk
 from omni_core.serving import media
 from omni_core.serving.errors import APIError, from_exception
-from omni_core.serving.guards import websocket_refusal
+from omni_core.serving.guards import bearer_ok, websocket_refusal
 from omni_core.serving.http import check_text, submit_streaming
 from omni_core.serving.routes.speech.speech import speech_call
 from omni_core.serving.state import ServerState
@@ -121,14 +120,6 @@ def _cut(text: str) -> list[str]:
         pieces.append(text[:at].strip())
         text = text[at:].lstrip()
     return [*pieces, text] if text else pieces
-
-
-def _authorized(state: ServerState, websocket: WebSocket) -> bool:
-    key = state.config.api_key
-    if not key:
-        return True
-    scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
 
 
 class Session:
@@ -294,7 +285,7 @@ def add_websocket(app: FastAPI, state: ServerState) -> None:
         try:
             if refusal is not None:
                 raise SessionError(refusal.message, refusal.code or "forbidden", refusal.param)
-            if not _authorized(state, websocket):
+            if not bearer_ok(websocket.headers, state.config):
                 raise SessionError(
                     "missing or invalid API key: send 'Authorization: Bearer KEY'",
                     "invalid_api_key",
