@@ -82,6 +82,9 @@ def _has_avx512() -> bool:
 
 #: What a sound track is: float PCM (``[samples]`` or ``[samples, channels]``) and its rate.
 AudioTrack = tuple["np.ndarray", int]
+#: The samples of silence FFmpeg's AAC encoder puts first (its priming), which
+#: :func:`decode_mp4_audio` drops so the decoded track lines up with the written one.
+AAC_PRIMING = 1024
 #: Rates FFmpeg's AAC encoder takes; a track at another rate is resampled to 48 kHz.
 AAC_SAMPLE_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025)
 
@@ -168,7 +171,8 @@ def decode_mp4(data: bytes | str | os.PathLike[str]) -> np.ndarray:
 
 def decode_mp4_audio(data: bytes | str | os.PathLike[str]) -> tuple[np.ndarray, int] | None:
     """The sound track of an MP4 as float32 ``[samples, channels]`` and its rate, or None
-    (for tests and round trips)."""
+    (for tests and round trips): AAC's priming dropped, so sample i is the written sample i
+    (the tail is padded to whole codec frames)."""
     import av
     import numpy as np
 
@@ -176,9 +180,10 @@ def decode_mp4_audio(data: bytes | str | os.PathLike[str]) -> tuple[np.ndarray, 
     with av.open(source) as container:
         if not container.streams.audio:
             return None
-        rate = int(container.streams.audio[0].rate)
+        stream = container.streams.audio[0]
+        rate, skip = int(stream.rate), AAC_PRIMING if stream.codec_context.name == "aac" else 0
         chunks = [f.to_ndarray() for f in container.decode(audio=0)]  # fltp: [channels, n]
-    return np.concatenate(chunks, axis=1).T.astype(np.float32), rate
+    return np.concatenate(chunks, axis=1).T[skip:].astype(np.float32), rate
 
 
 def _check_audio(audio: AudioTrack) -> tuple[np.ndarray, int]:
