@@ -100,6 +100,29 @@ def worst_audio() -> Any:
     return _worst_audio
 
 
+class _Forwards:
+    """Counts the transformer's forward calls and the rows of each."""
+
+    def __init__(self, module: Any) -> None:
+        self.rows: list[int] = []
+        self.handle = module.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module: Any, args: Any, kwargs: Any) -> None:
+        self.rows.append(int(kwargs["hidden_states"].shape[0]))
+
+    def __enter__(self) -> _Forwards:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.handle.remove()
+
+
+@pytest.fixture(scope="session")
+def forwards() -> Any:
+    """``with forwards(transformer) as calls``: ``calls.rows``, the rows of each forward."""
+    return _Forwards
+
+
 def _blocks(video: Any, side: int = 8) -> Any:
     import numpy as np
 

@@ -20,23 +20,6 @@ DIFFUSERS_NAMES = {"fps": "frame_rate", "stg_blocks": "spatio_temporal_guidance_
 UNGUIDED = {"audio_guidance_scale": 1.0, "modality_scale": 1.0, "audio_modality_scale": 1.0}
 
 
-class Forwards:
-    """Counts the transformer's forward calls and the rows of each."""
-
-    def __init__(self, module: Any) -> None:
-        self.rows: list[int] = []
-        self.handle = module.register_forward_pre_hook(self._hook, with_kwargs=True)
-
-    def _hook(self, module: Any, args: Any, kwargs: Any) -> None:
-        self.rows.append(int(kwargs["hidden_states"].shape[0]))
-
-    def __enter__(self) -> Forwards:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.handle.remove()
-
-
 def diffusers_kwargs(args: dict[str, Any], extras: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in args.items() if k != "seed"}
     out.update({DIFFUSERS_NAMES.get(k, k): v for k, v in extras.items()})
@@ -83,7 +66,9 @@ def test_prompt_guidance_and_rate_change_the_output(ltx_model) -> None:
     assert len(run(fps=12).audio) > len(base.audio)  # the same frames last twice as long
 
 
-def test_batched_equals_alone_in_one_forward_per_pass(ltx_model, worst_difference) -> None:
+def test_batched_equals_alone_in_one_forward_per_pass(
+    ltx_model, worst_difference, forwards
+) -> None:
     omni = ltx_model
     specs = [
         {"prompt": PROMPT, "seed": 1},
@@ -92,7 +77,7 @@ def test_batched_equals_alone_in_one_forward_per_pass(ltx_model, worst_differenc
     ]
     requests = [omni.request(**{**SMALL, **s}) for s in specs]
     alone = [omni.run([r.model_copy()])[0] for r in requests]
-    with Forwards(omni.pipeline.transformer) as calls:
+    with forwards(omni.pipeline.transformer) as calls:
         together = omni.run(requests)
     # Steps 1-2: 3 conditional + 2 unconditional rows, then the 2 modality-isolation rows;
     # step 3: the 3-step request's CFG pair and its isolation row.
@@ -102,10 +87,10 @@ def test_batched_equals_alone_in_one_forward_per_pass(ltx_model, worst_differenc
         assert np.abs(a.audio - b.audio).max() <= 1e-5
 
 
-def test_stg_without_perturbable_attention_costs_no_forward(ltx_model) -> None:
+def test_stg_without_perturbable_attention_costs_no_forward(ltx_model, forwards) -> None:
     """LTX-2.0's blocks have no STG perturbation: diffusers' STG pass would equal the
     conditional one, so omni skips it (the defaults case above equals diffusers with it)."""
-    with Forwards(ltx_model.pipeline.transformer) as calls:
+    with forwards(ltx_model.pipeline.transformer) as calls:
         ltx_model.generate(PROMPT, seed=3, extras={"stg_blocks": [0, 1]}, **SMALL)
     assert calls.rows == [2, 1, 2, 1]
 

@@ -69,7 +69,9 @@ class LTXWorkload(Workload):
         layers = self.blocks(48)
         connectors = {"text_proj_in_factor": _GEMMA_TEXT["num_hidden_layers"] + 1}
         self._replace(folder / "connectors", LTX2TextConnectors, connectors, seed=2)
-        self._replace(folder / "transformer", LTX2VideoTransformer3DModel, {"num_layers": layers}, seed=3)
+        self._replace(
+            folder / "transformer", LTX2VideoTransformer3DModel, {"num_layers": layers}, seed=3
+        )
         self._replace(folder / "vae", AutoencoderKLLTX2Video, {}, seed=4)
         self._replace(folder / "audio_vae", AutoencoderKLLTX2Audio, {}, seed=5)
         self._replace(folder / "vocoder", LTX2Vocoder, {}, seed=6)

@@ -55,7 +55,9 @@ def decode_audio(pipe: LTXPipeline, setup: Setup) -> tuple[np.ndarray, int]:
     latents = Reference._denormalize_audio_latents(
         setup.audio_latents, audio_vae.latents_mean, audio_vae.latents_std
     )
-    latents = Reference._unpack_audio_latents(latents, setup.audio_frames, num_mel_bins=setup.mel_bins)
+    latents = Reference._unpack_audio_latents(
+        latents, setup.audio_frames, num_mel_bins=setup.mel_bins
+    )
     mel = audio_vae.decode(latents.to(audio_vae.dtype), return_dict=False)[0]
     wave = pipe.vocoder(mel)[0]  # [channels, samples]
     rate = int(pipe.vocoder.config.output_sampling_rate)

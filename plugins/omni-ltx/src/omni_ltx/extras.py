@@ -28,25 +28,36 @@ class LTXExtras(BaseModel):
         7.0, ge=0, le=30, description="CFG scale of the audio track (0: the video's)."
     )
     guidance_rescale: float = Field(
-        0.7, ge=0, le=1, description="Rescale of the guided video prediction toward the "
-        "conditional one's spread (0: off)."
+        0.7,
+        ge=0,
+        le=1,
+        description="Rescale of the guided video prediction toward the "
+        "conditional one's spread (0: off).",
     )
     audio_guidance_rescale: float = Field(
         0.7, ge=0, le=1, description="The same for the audio track (0: the video's)."
     )
     stg_scale: float = Field(
-        1.0, ge=0, le=30, description="Spatio-temporal guidance scale (0: off); only "
-        "transformers with perturbable attention (LTX-2.3) are changed by it."
+        1.0,
+        ge=0,
+        le=30,
+        description="Spatio-temporal guidance scale (0: off); only "
+        "transformers with perturbable attention (LTX-2.3) are changed by it.",
     )
-    audio_stg_scale: float = Field(1.0, ge=0, le=30, description="The same for audio (0: the video's).")
+    audio_stg_scale: float = Field(
+        1.0, ge=0, le=30, description="The same for audio (0: the video's)."
+    )
     stg_blocks: list[int] = Field(
         default_factory=lambda: [28],
         max_length=64,
         description="Transformer blocks whose self-attention STG perturbs.",
     )
     modality_scale: float = Field(
-        3.0, ge=0, le=30, description="Modality-isolation guidance scale (1 or less: off): "
-        "a forward without the audio-video cross-attention steers away from it."
+        3.0,
+        ge=0,
+        le=30,
+        description="Modality-isolation guidance scale (1 or less: off): "
+        "a forward without the audio-video cross-attention steers away from it.",
     )
     audio_modality_scale: float = Field(
         3.0, ge=0, le=30, description="The same for audio (0: the video's)."
@@ -55,8 +66,11 @@ class LTXExtras(BaseModel):
         0.0, ge=0, le=1, description="The VAE's decode timestep (timestep-conditioned VAEs)."
     )
     decode_noise_scale: float | None = Field(
-        None, ge=0, le=1, description="Noise mixed into the latents before a timestep-"
-        "conditioned decode (default: the decode timestep)."
+        None,
+        ge=0,
+        le=1,
+        description="Noise mixed into the latents before a timestep-"
+        "conditioned decode (default: the decode timestep).",
     )
     image_crf: int | None = Field(
         None,

@@ -71,7 +71,8 @@ class LTXPipeline(StagedPipeline):
 
     extras_model: ClassVar[type[LTXExtras]] = LTXExtras
     load_options: ClassVar[dict[str, str]] = {
-        "text_encoder_device": "Where Gemma 3 and the connectors run (e.g. cpu), if not the device.",
+        "text_encoder_device": "Where Gemma 3 and the connectors run (e.g. cpu), if not the "
+        "device.",
         "prompt_cache_size": "Prompt embeddings kept in the LRU cache (default 64; 0: none).",
         "max_sequence_length": "Prompt tokens (default 1024, diffusers' default).",
         "batch_rows": "One transformer forward for every row of a step (default true); false "
@@ -104,7 +105,9 @@ class LTXPipeline(StagedPipeline):
         self.offload: Any = None
         self.batch_rows = str(options.extra.get("batch_rows", True)).lower() not in ("false", "0")
         tile = options.memory.vae_tile
-        kwargs = {} if tile is None else {"tile_sample_min_height": tile, "tile_sample_min_width": tile}
+        kwargs = (
+            {} if tile is None else {"tile_sample_min_height": tile, "tile_sample_min_width": tile}
+        )
         self.vae_memory = VaeMemory(self.vae, options, tile_kwargs=kwargs)
 
     # -- loading ---------------------------------------------------------------------------
@@ -220,10 +223,16 @@ class LTXPipeline(StagedPipeline):
                 uncond_at += 1
             for f, (vo, ao) in extra.values():
                 if f.isolate and s.isolate:
-                    video.isolated, audio.isolated = vo[iso_at : iso_at + 1], ao[iso_at : iso_at + 1]
+                    video.isolated, audio.isolated = (
+                        vo[iso_at : iso_at + 1],
+                        ao[iso_at : iso_at + 1],
+                    )
                     iso_at += 1
                 elif f.stg_blocks and s.stg:
-                    video.perturbed, audio.perturbed = vo[stg_at : stg_at + 1], ao[stg_at : stg_at + 1]
+                    video.perturbed, audio.perturbed = (
+                        vo[stg_at : stg_at + 1],
+                        ao[stg_at : stg_at + 1],
+                    )
                     stg_at += 1
             self._advance(s, video, audio)
 

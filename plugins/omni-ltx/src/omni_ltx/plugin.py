@@ -46,8 +46,7 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             architectures=("LTX2ImageToVideoPipeline",),
             extras=_EXTRAS,
             capabilities=_CAPS,
-            description="LTX-2 image to video with its audio track: the image is the first "
-            "frame.",
+            description="LTX-2 image to video with its audio track: the image is the first frame.",
         )
     )
 

@@ -63,15 +63,19 @@ def prepare_setup(
         latents = Reference._pack_latents(noise, p, pt)
     audio_vae = pipe.audio_vae.config
     rate = float(extras.fps)
-    per_second = audio_vae.sample_rate / audio_vae.mel_hop_length / float(
-        pipe.audio_vae.temporal_compression_ratio
+    per_second = (
+        audio_vae.sample_rate
+        / audio_vae.mel_hop_length
+        / float(pipe.audio_vae.temporal_compression_ratio)
     )
     audio_frames = round(request.num_frames / rate * per_second)
     mel_bins = audio_vae.mel_bins // pipe.audio_vae.mel_compression_ratio
     audio_shape = (1, audio_vae.latent_channels, audio_frames, mel_bins)
     audio = randn_tensor(audio_shape, generator=generator, device=device, dtype=torch.float32)
     audio = Reference._pack_audio_latents(audio)
-    timesteps, sigmas = _schedule(pipe, request.num_inference_steps, latents.shape[1], calculate_shift)
+    timesteps, sigmas = _schedule(
+        pipe, request.num_inference_steps, latents.shape[1], calculate_shift
+    )
     return Setup(
         latents=latents,
         audio_latents=audio,
@@ -134,7 +138,9 @@ def _image_latents(
     pixels = pixels.to(device=pipe.device, dtype=pipe.transformer.dtype)
     vae = pipe.vae
     encoded = retrieve_latents(vae.encode(pixels.unsqueeze(2).to(vae.dtype)), generator, "argmax")
-    encoded = Reference._normalize_latents(encoded.to(torch.float32), vae.latents_mean, vae.latents_std)
+    encoded = Reference._normalize_latents(
+        encoded.to(torch.float32), vae.latents_mean, vae.latents_std
+    )
     encoded = encoded.repeat(1, 1, shape[2], 1, 1)
     mask = torch.zeros((1, 1, *shape[2:]), device=pipe.device, dtype=torch.float32)
     mask[:, :, 0] = 1.0
