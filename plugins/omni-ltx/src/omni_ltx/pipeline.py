@@ -105,9 +105,15 @@ class LTXPipeline(StagedPipeline):
         self.offload: Any = None
         self.batch_rows = str(options.extra.get("batch_rows", True)).lower() not in ("false", "0")
         tile = options.memory.vae_tile
-        kwargs = (
-            {} if tile is None else {"tile_sample_min_height": tile, "tile_sample_min_width": tile}
-        )
+        kwargs = {}
+        if tile is not None:  # LTX's VAE tiles overlap by 1/8 (its defaults: 512, stride 448)
+            stride = tile - tile // 8
+            kwargs = {
+                "tile_sample_min_height": tile,
+                "tile_sample_min_width": tile,
+                "tile_sample_stride_height": stride,
+                "tile_sample_stride_width": stride,
+            }
         self.vae_memory = VaeMemory(self.vae, options, tile_kwargs=kwargs)
 
     # -- loading ---------------------------------------------------------------------------
