@@ -38,6 +38,7 @@ from omni_core.diffusion import (
     activation_bytes,
     apply_acceleration,
     apply_offload,
+    parallelize_denoiser,
     route_attention,
 )
 from omni_ltx.extras import LTXExtras
@@ -137,6 +138,8 @@ class LTXPipeline(StagedPipeline):
         offload = apply_offload({k: components[k] for k in placed}, options)
         pipeline = cls(layout, components, options)
         pipeline.accel, pipeline.adapters, pipeline.offload = accel, adapters, offload
+        # This rank's parallel layout (CFG-parallel splits each forward's rows; a no-op alone).
+        pipeline.transformer = parallelize_denoiser(pipeline.transformer, options.attention)
         return pipeline
 
     @classmethod

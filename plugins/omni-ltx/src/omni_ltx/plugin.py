@@ -19,9 +19,10 @@ OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
 _IMPL = "omni_ltx.pipeline:LTXPipeline"
 _EXTRAS = "omni_ltx.extras:LTXExtras"
-# Step batching; fp8 linears and compile come through the denoiser spec. No step cache
-# (two-stream blocks), no CFG-parallel or Ulysses layout yet: one process per model.
-_CAPS = PipelineCapabilities(step_batching=True)
+# Step batching and CFG-parallel (the batched [cond; uncond] rows split over two ranks); fp8
+# linears and compile come through the denoiser spec. No step cache (two-stream blocks) and no
+# Ulysses plan yet.
+_CAPS = PipelineCapabilities(step_batching=True, cfg_parallel=True)
 
 
 @hookimpl
