@@ -51,13 +51,18 @@ def load_components(path: Path, options: PipelineOptions) -> dict[str, Any]:
     encoder_device = options.extra.get("text_encoder_device") or device
     weights = {"use_safetensors": True}
 
-    def model(cls: Any, key: str, where: Any = device) -> Any:
-        return cls.from_pretrained(path / key, **dtype_kwargs(dtype), **weights).to(where).eval()
+    def model(cls: Any, key: str, where: Any = device, **kwargs: Any) -> Any:
+        try:
+            loaded = cls.from_pretrained(path / key, **(kwargs or dtype_kwargs(dtype)), **weights)
+        except OSError as exc:  # diffusers' and transformers' "no file named ..."
+            raise ConfigError(
+                f"{path / key}: no safetensors weights to load (omni-ltx loads safetensors "
+                f"only): {str(exc).splitlines()[0]}"
+            ) from None
+        return loaded.to(where).eval()
 
     return {
-        "text_encoder": encoder_class.from_pretrained(path / "text_encoder", dtype=dtype, **weights)
-        .to(encoder_device)
-        .eval(),
+        "text_encoder": model(encoder_class, "text_encoder", encoder_device, dtype=dtype),
         "tokenizer": transformers.AutoTokenizer.from_pretrained(path / "tokenizer"),
         "connectors": model(LTX2TextConnectors, "connectors", encoder_device),
         "transformer": model(LTX2VideoTransformer3DModel, "transformer"),
