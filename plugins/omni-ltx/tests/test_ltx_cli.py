@@ -61,3 +61,18 @@ def test_list_plugins_names_the_family() -> None:
     assert result.exit_code == 0, result.output
     assert "omni-ltx" in result.output and __version__ in result.output
     assert "ltx-2-t2v" in result.output
+
+
+def test_the_tiny_benchmark_workload_matches_diffusers(tmp_path) -> None:
+    """``omni bench pipeline --workload tiny-ltx-2``: the workload builds, both modes run and
+    omni's video equals diffusers' (PSNR of the frames)."""
+    import json
+
+    out = tmp_path / "bench.json"
+    args = ["--workload", "tiny-ltx-2", "--reps", "0", "--device", "cpu"]
+    args += ["--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    result = run_cli("bench", "pipeline", *args)
+    assert result.exit_code == 0, result.output
+    rows = {row["mode"]: row for row in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"diffusers", "omni"}
+    assert rows["omni"]["psnr_vs_diffusers_db"] >= 40, rows["omni"]

@@ -25,7 +25,9 @@ FIELDS = {"num_inference_steps": 2, "seed": 5}
 
 
 @pytest.fixture(scope="module")
-def server(ltx_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(
+    ltx_checkpoint: Path, ltx_i2v_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     """uvicorn serving omni's app (what ``omni serve`` runs) on a thread."""
     import httpx
     import uvicorn
@@ -34,7 +36,10 @@ def server(ltx_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     from omni_core.testing import free_port
 
     config = ServerConfig(
-        models=[{"id": "ltx-2", "path": str(ltx_checkpoint)}],
+        models=[
+            {"id": "ltx-2", "path": str(ltx_checkpoint)},
+            {"id": "ltx-2-i2v", "path": str(ltx_i2v_checkpoint)},
+        ],
         host="127.0.0.1",
         port=free_port(),
         state_dir=tmp_path_factory.mktemp("ltx-serve-state"),
@@ -100,6 +105,37 @@ def test_video_job_serves_the_video_and_sound_omni_renders(client, ltx_model, bl
         far_rms = np.sqrt(np.mean((sound[:n, channel] - other.audio[:n, channel]) ** 2))
         assert np.corrcoef(sound[:n, channel], want.audio[:, channel])[0, 1] > 0.95
         assert far_rms > 3 * near_rms
+
+
+def test_image_to_video_job_animates_the_input_reference(server, ltx_i2v_model, blocks) -> None:
+    """Multipart with the image as ``input_reference`` (raw HTTP, as a browser form sends it)."""
+    import io
+
+    import httpx
+    from PIL import Image
+
+    image = Image.fromarray((np.random.RandomState(0).rand(32, 64, 3) * 255).astype("uint8"))
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    fields = {"model": "ltx-2-i2v", "prompt": PROMPT, "size": "64x32", "num_frames": "5"}
+    fields |= {"num_inference_steps": "2", "seed": "4"}
+    files = {"input_reference": ("cat.png", buf.getvalue(), "image/png")}
+    with httpx.Client(base_url=server, timeout=300) as http:
+        response = http.post("/v1/videos", data=fields, files=files)
+        assert response.status_code == 200, response.text
+        job = response.json()
+        deadline = time.monotonic() + 300
+        while (done := http.get(f"/v1/videos/{job['id']}").json())["status"] != "completed":
+            assert done["status"] != "failed" and time.monotonic() < deadline, done
+            time.sleep(0.2)
+        data = http.get(f"/v1/videos/{job['id']}/content").content
+    want = ltx_i2v_model.generate(
+        PROMPT, images=[image], width=64, height=32, num_frames=5, num_inference_steps=2, seed=4
+    )
+    video = read_video(data)
+    assert video.shape == want.video.shape == (5, 32, 64, 3)
+    assert np.abs(blocks(video) - blocks(want.video)).mean() < 10  # H.264 (see above)
+    assert read_video_sound(data) is not None
 
 
 def test_seconds_become_frames_at_the_requests_rate(client) -> None:
