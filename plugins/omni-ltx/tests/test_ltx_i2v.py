@@ -100,3 +100,13 @@ def test_stg_on_perturbable_blocks_matches_diffusers(
         PROMPT, seed=4, extras={**extras, "stg_scale": 0.0, "audio_stg_scale": 0.0}, **SMALL
     )
     assert np.abs(plain.video.astype(int) - ours.video.astype(int)).max() > 10
+    # Batched with a request perturbing another block: one STG forward per set of blocks.
+    other = {**extras, "stg_blocks": [0]}
+    requests = [omni.request(PROMPT, seed=4, extras=e, **SMALL) for e in (extras, other)]
+    alone = [omni.run([r.model_copy()])[0] for r in requests]
+    with forwards(omni.pipeline.transformer) as calls:
+        together = omni.run(requests)
+    assert calls.rows == [4, 1, 1, 4, 1, 1]
+    for a, b in zip(alone, together, strict=True):
+        assert worst_difference(b.video, a.video.astype(float)) <= 1
+    assert np.abs(alone[0].video.astype(int) - alone[1].video.astype(int)).max() > 10

@@ -209,40 +209,34 @@ class LTXPipeline(StagedPipeline):
             self.adapters.activate(group[0].request.lora)
         setup = group[0].setup
         assert setup is not None
-        main = [Row(s.setup, s.step_index, s.prompt) for s in group]  # type: ignore[arg-type]
-        main += [Row(s.setup, s.step_index, s.negative) for s in group if s.cfg]  # type: ignore[arg-type]
-        forwards = [Forward(main)]
-        if any(s.stg for s in group):
-            cond = [Row(s.setup, s.step_index, s.prompt) for s in group if s.stg]  # type: ignore[arg-type]
-            blocks = group[0].request.extras["stg_blocks"]
-            forwards.append(Forward(cond, stg_blocks=tuple(blocks)))
-        if any(s.isolate for s in group):
-            cond = [Row(s.setup, s.step_index, s.prompt) for s in group if s.isolate]  # type: ignore[arg-type]
-            forwards.append(Forward(cond, isolate=True))
-        outs = [run_forward(self.transformer, f, setup, self.batch_rows) for f in forwards]
-        main_out = outs[0]
-        extra = {id(f): (f, o) for f, o in zip(forwards[1:], outs[1:], strict=True)}
-        uncond_at, stg_at, iso_at = len(group), 0, 0
+        # (forward, [(state index, which prediction)]): the main pass carries every
+        # conditional then every unconditional row; STG passes (one per set of STG blocks)
+        # and the modality-isolation pass carry the conditional rows of the states using them.
+        plan: list[tuple[Forward, list[tuple[int, str]]]] = []
+        main = [(i, "cond") for i in range(len(group))]
+        main += [(i, "uncond") for i, s in enumerate(group) if s.cfg]
+        plan.append((Forward([]), main))
+        by_blocks: dict[tuple[int, ...], list[tuple[int, str]]] = {}
         for i, s in enumerate(group):
-            v, a = main_out[0][i : i + 1], main_out[1][i : i + 1]
-            video, audio = Predictions(v), Predictions(a)
-            if s.cfg:
-                video.uncond = main_out[0][uncond_at : uncond_at + 1]
-                audio.uncond = main_out[1][uncond_at : uncond_at + 1]
-                uncond_at += 1
-            for f, (vo, ao) in extra.values():
-                if f.isolate and s.isolate:
-                    video.isolated, audio.isolated = (
-                        vo[iso_at : iso_at + 1],
-                        ao[iso_at : iso_at + 1],
-                    )
-                    iso_at += 1
-                elif f.stg_blocks and s.stg:
-                    video.perturbed, audio.perturbed = (
-                        vo[stg_at : stg_at + 1],
-                        ao[stg_at : stg_at + 1],
-                    )
-                    stg_at += 1
+            if s.stg:
+                blocks = tuple(s.request.extras["stg_blocks"])
+                by_blocks.setdefault(blocks, []).append((i, "perturbed"))
+        plan += [(Forward([], stg_blocks=b), rows) for b, rows in by_blocks.items()]
+        isolated = [(i, "isolated") for i, s in enumerate(group) if s.isolate]
+        if isolated:
+            plan.append((Forward([], isolate=True), isolated))
+        videos = [Predictions(torch.empty(0)) for _ in group]
+        audios = [Predictions(torch.empty(0)) for _ in group]
+        for forward, rows in plan:
+            for i, which in rows:
+                s = group[i]
+                prompt = s.negative if which == "uncond" else s.prompt
+                forward.rows.append(Row(s.setup, s.step_index, prompt))  # type: ignore[arg-type]
+            video, audio = run_forward(self.transformer, forward, setup, self.batch_rows)
+            for r, (i, which) in enumerate(rows):
+                setattr(videos[i], which, video[r : r + 1])
+                setattr(audios[i], which, audio[r : r + 1])
+        for s, video, audio in zip(group, videos, audios, strict=True):
             self._advance(s, video, audio)
 
     @torch.no_grad()
