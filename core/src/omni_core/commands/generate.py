@@ -145,7 +145,10 @@ def generate_video(
         raise click.ClickException("the pipeline returned no video")
     from omni_core.media.visual import save_video
 
-    path = save_video(result.video, output, fps=fps or result.fps or 16)
+    # A video with a sound track (e.g. LTX-2's) gets it muxed into the MP4.
+    has_sound = result.audio is not None and result.sample_rate
+    sound = (result.audio, result.sample_rate) if has_sound else None
+    path = save_video(result.video, output, fps=fps or result.fps or 16, audio=sound)
     frames, height, width, _ = result.video.shape
     click.echo(
         f"wrote {path} ({frames} frames, {width}x{height}, seed {result.info.get('seed')}, "

@@ -1,7 +1,9 @@
 """Image and video encoders: PNG through Pillow, MP4 (H.264) through PyAV (FFmpeg's libraries).
 
-Both take what pipelines return (PIL images; ``uint8`` video ``[frames, height, width, 3]``)
-and write either to a path or to bytes, so the CLI and the server share one implementation.
+Both take what pipelines return (PIL images; ``uint8`` video ``[frames, height, width, 3]``,
+with an optional sound track: a result's float ``audio`` ``[samples]`` or
+``[samples, channels]`` at its ``sample_rate``, muxed as AAC) and write either to a path or to
+bytes, so the CLI and the server share one implementation.
 
 The same frames always give the same MP4 bytes (:func:`x264_options`): the AVX-512 kernels of
 the x264 that PyAV's wheels bundle (core 165) read memory they never wrote in the lookahead's
@@ -78,27 +80,56 @@ def _has_avx512() -> bool:
     return bool(features.get("AVX512_SKX")) and bool(features.get("AVX2"))
 
 
-def encode_mp4(video: np.ndarray, fps: int = 16, *, crf: int = 18, preset: str = "medium") -> bytes:
-    """H.264 MP4 bytes of a ``uint8 [F, H, W, 3]`` video (yuv420p; odd sizes are padded)."""
+#: What a sound track is: float PCM (``[samples]`` or ``[samples, channels]``) and its rate.
+AudioTrack = tuple["np.ndarray", int]
+#: The samples of silence FFmpeg's AAC encoder puts first (its priming), which
+#: :func:`decode_mp4_audio` drops so the decoded track lines up with the written one.
+AAC_PRIMING = 1024
+#: Rates FFmpeg's AAC encoder takes; a track at another rate is resampled to 48 kHz.
+AAC_SAMPLE_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025)
+
+
+def encode_mp4(
+    video: np.ndarray,
+    fps: int = 16,
+    *,
+    crf: int = 18,
+    preset: str = "medium",
+    audio: AudioTrack | None = None,
+) -> bytes:
+    """H.264 MP4 bytes of a ``uint8 [F, H, W, 3]`` video (yuv420p; odd sizes are padded), with
+    ``audio`` (samples, rate) as an AAC track."""
     buffer = io.BytesIO()
-    _write_mp4(buffer, video, fps, crf=crf, preset=preset)
+    _write_mp4(buffer, video, fps, crf=crf, preset=preset, audio=audio)
     return buffer.getvalue()
 
 
 def write_mp4(
-    video: np.ndarray, path: str | os.PathLike[str], fps: int = 16, *, preset: str = "medium"
+    video: np.ndarray,
+    path: str | os.PathLike[str],
+    fps: int = 16,
+    *,
+    preset: str = "medium",
+    audio: AudioTrack | None = None,
 ) -> Path:
     """Write ``video`` as an MP4 at ``path`` atomically (a ``.part`` file renamed once whole)."""
     target = Path(path)
     tmp = target.with_suffix(".part")
     with open(tmp, "wb") as handle:
-        _write_mp4(handle, video, fps, preset=preset)
+        _write_mp4(handle, video, fps, preset=preset, audio=audio)
     tmp.replace(target)
     return target
 
 
-def save_video(video: np.ndarray, path: str | os.PathLike[str], fps: int = 16) -> Path:
-    """Write ``video`` to ``path``: MP4 by default, a PNG per frame if ``path`` ends in ``/``."""
+def save_video(
+    video: np.ndarray,
+    path: str | os.PathLike[str],
+    fps: int = 16,
+    *,
+    audio: AudioTrack | None = None,
+) -> Path:
+    """Write ``video`` to ``path``: MP4 by default (with ``audio`` as its sound track), a PNG
+    per frame if ``path`` ends in ``/`` (the sound is then left out)."""
     target = Path(path)
     if str(path).endswith(os.sep) or target.is_dir():
         target.mkdir(parents=True, exist_ok=True)
@@ -113,7 +144,7 @@ def save_video(video: np.ndarray, path: str | os.PathLike[str], fps: int = 16) -
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target, "wb") as handle:
-        _write_mp4(handle, video, fps)
+        _write_mp4(handle, video, fps, audio=audio)
     return target
 
 
@@ -138,6 +169,45 @@ def decode_mp4(data: bytes | str | os.PathLike[str]) -> np.ndarray:
     return np.stack(frames)
 
 
+def decode_mp4_audio(data: bytes | str | os.PathLike[str]) -> tuple[np.ndarray, int] | None:
+    """The sound track of an MP4 as float32 ``[samples, channels]`` and its rate, or None
+    (for tests and round trips): AAC's priming dropped, so sample i is the written sample i
+    (the tail is padded to whole codec frames)."""
+    import av
+    import numpy as np
+
+    source: Any = io.BytesIO(data) if isinstance(data, bytes) else str(data)
+    with av.open(source) as container:
+        if not container.streams.audio:
+            return None
+        stream = container.streams.audio[0]
+        rate, skip = int(stream.rate), AAC_PRIMING if stream.codec_context.name == "aac" else 0
+        chunks = [f.to_ndarray() for f in container.decode(audio=0)]  # fltp: [channels, n]
+    return np.concatenate(chunks, axis=1).T[skip:].astype(np.float32), rate
+
+
+def _check_audio(audio: AudioTrack) -> tuple[np.ndarray, int]:
+    """``[channels, samples]`` float32 in [-1, 1] at an AAC rate."""
+    import numpy as np
+
+    samples, rate = audio
+    array = np.asarray(samples, dtype=np.float32)
+    if array.ndim == 1:
+        array = array[:, None]
+    if array.ndim != 2 or array.shape[1] not in (1, 2) or not array.shape[0] or int(rate) < 1:
+        raise ValueError(
+            f"audio must be float [samples] or [samples, 1 | 2] at a positive rate, got "
+            f"{array.shape} at {rate}"
+        )
+    array, rate = np.clip(array, -1.0, 1.0).T, int(rate)
+    if rate not in AAC_SAMPLE_RATES:
+        from omni_core.media.dsp import resample
+
+        array = np.stack([resample(channel, rate, 48000) for channel in array])
+        rate = 48000
+    return np.ascontiguousarray(array, dtype=np.float32), rate
+
+
 def _check_video(video: Any) -> np.ndarray:
     import numpy as np
 
@@ -149,11 +219,20 @@ def _check_video(video: Any) -> np.ndarray:
     return array
 
 
-def _write_mp4(handle: Any, video: Any, fps: int, *, crf: int = 18, preset: str = "medium") -> None:
+def _write_mp4(
+    handle: Any,
+    video: Any,
+    fps: int,
+    *,
+    crf: int = 18,
+    preset: str = "medium",
+    audio: AudioTrack | None = None,
+) -> None:
     import av
     import numpy as np
 
     array = _check_video(video)
+    sound = None if audio is None else _check_audio(audio)
     _, height, width, _ = array.shape
     # yuv420p needs even sizes: pad by repeating the last row / column.
     pad_h, pad_w = height % 2, width % 2
@@ -165,11 +244,27 @@ def _write_mp4(handle: Any, video: Any, fps: int, *, crf: int = 18, preset: str 
         stream.height = height + pad_h
         stream.pix_fmt = "yuv420p"
         stream.options = x264_options(crf, preset)
+        # Every stream exists before the first packet (the header is written then).
+        track = None if sound is None else _audio_stream(container, sound[1], len(sound[0]))
         for frame in array:
             for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+        if track is not None and sound is not None:
+            samples, rate = sound
+            layout = "mono" if samples.shape[0] == 1 else "stereo"
+            frame = av.AudioFrame.from_ndarray(samples, format="fltp", layout=layout)
+            frame.sample_rate = rate
+            for packet in track.encode(frame):  # the encoder cuts it into AAC frames
+                container.mux(packet)
+            for packet in track.encode():
+                container.mux(packet)
+
+
+def _audio_stream(container: Any, rate: int, channels: int) -> Any:
+    """The container's AAC track."""
+    return container.add_stream("aac", rate=rate, layout="mono" if channels == 1 else "stereo")
 
 
 def request_image(value: Any, index: int) -> Any:

@@ -278,7 +278,7 @@ class VideoJobs:
             t0 = time.perf_counter()
             with tempfile.TemporaryDirectory(prefix="omni-video-") as tmp:
                 path = Path(tmp) / "video.mp4"
-                media.encode_mp4(frames, fps, path)
+                media.encode_mp4(frames, fps, path, media.sound_of(result))
                 self.outputs.put_file(key, path)
             ran = stage_metrics.metrics(result, time.perf_counter() - t0)  # the record keeps them
         except Exception as exc:

@@ -165,10 +165,12 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def encode_mp4(frames: np.ndarray, fps: int, path: Path) -> None:
+def encode_mp4(
+    frames: np.ndarray, fps: int, path: Path, audio: tuple[np.ndarray, int] | None = None
+) -> None:
     """Frames [T, H, W, 3] (uint8, or floats in [0, 1]) -> H.264 MP4 at ``path``, atomically
-    (odd sizes are padded to even); the same frames always give the same bytes
-    (:func:`omni_core.media.visual.x264_options`)."""
+    (odd sizes are padded to even), with ``audio`` (samples, rate) as its AAC track; the same
+    frames always give the same bytes (:func:`omni_core.media.visual.x264_options`)."""
     import numpy as np
 
     from omni_core.media.visual import write_mp4
@@ -176,7 +178,7 @@ def encode_mp4(frames: np.ndarray, fps: int, path: Path) -> None:
     frames = np.asarray(frames)
     if frames.dtype != np.uint8:
         frames = (np.clip(frames, 0.0, 1.0) * 255).round().astype(np.uint8)
-    write_mp4(frames, path, int(fps or 16), preset="veryfast")
+    write_mp4(frames, path, int(fps or 16), preset="veryfast", audio=audio)
 
 
 def encode_audio(samples: np.ndarray, sample_rate: int, fmt: str) -> bytes:
@@ -303,3 +305,10 @@ def frames_of(result: Any) -> tuple[np.ndarray, int]:
         frames = np.stack([np.asarray(im.convert("RGB")) for im in result.images])
         return frames, int(result.fps or 16)
     raise ValueError("the pipeline returned no video frames")
+
+
+def sound_of(result: Any) -> tuple[np.ndarray, int] | None:
+    """A video result's sound track (its ``audio`` at its ``sample_rate``), or None."""
+    if result.audio is None or not result.sample_rate:
+        return None
+    return result.audio, int(result.sample_rate)

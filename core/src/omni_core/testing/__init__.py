@@ -48,7 +48,12 @@ _face = Face(
         ),
         "omni_core.testing.cli": ("run_cli",),
         "omni_core.testing.pipelines": ("pipeline_options", "run_to_completion"),
-        "omni_core.testing.media": ("read_audio", "write_audio", "read_video"),
+        "omni_core.testing.media": (
+            "read_audio",
+            "write_audio",
+            "read_video",
+            "read_video_sound",
+        ),
         "omni_core.testing.memory": ("weight_bytes", "vae_tiling_kwargs"),
         "omni_core.testing.platforms": (
             "Selection",

@@ -5,6 +5,8 @@ feeds it, with omni's own codecs: a round trip through them is what a user gets.
   write (wav, flac, mp3, raw pcm) -> float32 mono samples and the rate;
 - :func:`write_audio`: samples -> a file in the format its suffix names (a reference voice);
 - :func:`read_video`: an MP4 file (or bytes) -> ``uint8 [frames, height, width, 3]``.
+- :func:`read_video_sound`: an MP4's sound track -> float32 ``[samples, channels]`` and its
+  rate, or None.
 """
 
 from __future__ import annotations
@@ -49,3 +51,11 @@ def read_video(source: bytes | str | os.PathLike[str]) -> np.ndarray:
     from omni_core.media.visual import decode_mp4
 
     return decode_mp4(source)
+
+
+def read_video_sound(source: bytes | str | os.PathLike[str]) -> tuple[np.ndarray, int] | None:
+    """The sound track of an MP4 (a path or bytes) as float32 ``[samples, channels]`` and its
+    rate (the codec's priming dropped), or None without one."""
+    from omni_core.media.visual import decode_mp4_audio
+
+    return decode_mp4_audio(source)

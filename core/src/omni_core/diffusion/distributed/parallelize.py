@@ -15,6 +15,8 @@ set):
   Pipelines that batch ``[cond; uncond]`` rows into one forward keep doing so; each cfg rank
   runs one half of the rows and the halves are all-gathered. (A batch with an odd number of
   rows, e.g. no CFG and one request, runs whole on both ranks: same result, no speed-up.)
+  A model that returns several per-row outputs (a tuple, e.g. LTX-2's video and audio
+  predictions) gets every one of them gathered.
   Pipelines that run the branches as separate forwards call
   :func:`~omni_core.diffusion.distributed.cfg.cfg_parallel_forward` instead.
 
@@ -98,10 +100,45 @@ class BatchSplitParallel(DenoiserWrapper):
         def forward(a: tuple, kw: dict) -> torch.Tensor:
             out = self.model(*a, **kw)
             box["out"] = out
-            return _first_tensor(out)
+            parts = _row_outputs(out, half)
+            box["parts"] = parts
+            if len(parts) == 1:
+                return parts[0][1]
+            # Several per-row outputs travel as one [half, sum of their sizes] tensor.
+            if len({t.dtype for _, t in parts}) > 1:
+                raise DistributedError("BatchSplitParallel: per-row outputs differ in dtype")
+            return torch.cat([t.reshape(half, -1) for _, t in parts], dim=1)
 
         first, second = cfg_parallel_forward(forward, part(0), part(1), self.group)
-        return _rebuild(box["out"], torch.cat([first, second]))
+        full = torch.cat([first, second])
+        parts = box["parts"]
+        if len(parts) == 1:
+            return _rebuild(box["out"], full)
+        sizes = [t[0].numel() for _, t in parts]
+        gathered = [
+            chunk.reshape(rows, *t.shape[1:])
+            for chunk, (_, t) in zip(full.split(sizes, dim=1), parts, strict=True)
+        ]
+        out = list(box["out"])
+        for (index, _), tensor in zip(parts, gathered, strict=True):
+            out[index] = tensor
+        return tuple(out)
+
+
+def _row_outputs(out: Any, half: int) -> list[tuple[int, Any]]:
+    """(index, tensor) of the per-row outputs of ``out``: every tensor of a tuple with
+    ``half`` rows, else the first tensor (its index 0)."""
+    import torch
+
+    if isinstance(out, tuple):
+        rows = [
+            (i, t)
+            for i, t in enumerate(out)
+            if isinstance(t, torch.Tensor) and t.ndim and t.shape[0] == half
+        ]
+        if len(rows) > 1:
+            return rows
+    return [(0, _first_tensor(out))]
 
 
 def _first_tensor(out: Any) -> Any:
