@@ -87,6 +87,13 @@ class GenerationRequest(BaseModel):
     reference: ReferenceVoice | None = Field(
         None, description="Speech: a voice to clone (reference audio or an uploaded voice)."
     )
+    speakers: dict[str, str | ReferenceVoice] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="Speech, a multi-speaker script: each speaker's voice by the label the "
+        "script names it with (a voice id of the model, or a voice to clone). The pipeline's "
+        "``max_speakers`` bounds it; its labels are the model's.",
+    )
     stream: bool = Field(
         False,
         description="The caller reads the answer as it is made (streamed speech or chat); "

@@ -233,6 +233,21 @@ def _has_default_voice(pipeline: Pipeline) -> bool:
 
 _NO_CLONING = "this model does not clone voices from reference audio"
 
+
+def _speaks_dialogue(pipeline: Pipeline) -> bool:
+    """A model that speaks a multi-speaker script takes each speaker's voice (``speakers``)."""
+    return isinstance(pipeline, SpeechPipeline) and pipeline.max_speakers > 1
+
+
+#: ``speakers``: a speaker label of the script -> a voice id or an uploaded voice's name.
+Speakers = Annotated[
+    dict[
+        Annotated[str, StringConstraints(min_length=1, max_length=64)],
+        Annotated[str, StringConstraints(min_length=1, max_length=128)],
+    ],
+    Field(min_length=1, max_length=16),
+]
+
 #: vLLM-Omni's own speech fields (its extension of OpenAI's speech API), for a model whose
 #: extras do not declare them (one that does honours them itself: ``native``). Their types are
 #: vLLM-Omni's (``serving_speech.py``: instructions up to 500 characters, 1-4096 new tokens).
@@ -453,6 +468,12 @@ TABLES: dict[str, dict[str, Rule]] = {
         ),
         "ref_audio": Rule("refuse", honoured=_clones_voices, why=_NO_CLONING, type=Prose),
         "ref_text": Rule("refuse", honoured=_clones_voices, why=_NO_CLONING, type=Prose),
+        "speakers": Rule(
+            "refuse",
+            honoured=_speaks_dialogue,
+            why="this model speaks one voice per request (give voice instead)",
+            type=Speakers,
+        ),
         **{
             name: Rule(
                 "ignore",

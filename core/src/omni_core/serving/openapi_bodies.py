@@ -173,6 +173,14 @@ def speech_branches(state: ServerState, served: ServedModel, one: bool) -> list[
             "description": "Reference audio to clone: a data URL (or base64, an allowed URL).",
         }
         props["ref_text"] = {"type": "string", "maxLength": 4096}
+    if pipeline.max_speakers > 1:
+        props["speakers"] = {
+            "type": "object",
+            "maxProperties": pipeline.max_speakers,
+            "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 128},
+            "description": "A multi-speaker script's voices: a speaker label of the input -> "
+            "a voice of the model or an uploaded voice.",
+        }
     whole = dict(props)
     whole["stream"] = {"enum": [False]}
     rates = [r for r in SAMPLE_RATES if probe.ok({**base, "sample_rate": r})]

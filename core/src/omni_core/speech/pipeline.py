@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import threading
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -83,6 +83,42 @@ def check_voice(voice: str | None, voices: Sequence[Voice]) -> str | None:
     return voice
 
 
+def check_speakers(
+    speakers: Mapping[str, str | ReferenceVoice],
+    voices: Sequence[Voice],
+    *,
+    max_speakers: int,
+    clones: bool,
+) -> None:
+    """A multi-speaker request's voices: at most ``max_speakers``, each a voice of the model
+    or (for a model that clones) a voice to clone; any problem is a 400 naming ``speakers``."""
+    if not speakers:
+        return
+    if max_speakers < 2:
+        raise InvalidRequestError(
+            "speakers: this model speaks one voice per request (give voice instead)",
+            param="speakers",
+        )
+    if len(speakers) > max_speakers:
+        raise InvalidRequestError(
+            f"speakers: {len(speakers)} voices; this model speaks at most {max_speakers}",
+            param="speakers",
+        )
+    ids = {v.id for v in voices}
+    for label, voice in speakers.items():
+        if isinstance(voice, str) and voice not in ids:
+            offered = ", ".join(sorted(ids)) or "none"
+            raise InvalidRequestError(
+                f"speakers: {label!r}: unknown voice {voice!r}; available: {offered} "
+                "(or an uploaded voice)",
+                param="speakers",
+            )
+        if isinstance(voice, ReferenceVoice) and not clones:
+            raise InvalidRequestError(
+                f"speakers: {label!r}: this model cannot clone voices", param="speakers"
+            )
+
+
 def split_sentences(text: str, max_chars: int = 400) -> list[str]:
     """Split text at sentence ends (and hard-wrap very long sentences at spaces).
 
@@ -135,6 +171,9 @@ class SpeechPipeline(StreamedPipeline[AudioChunk]):
 
     #: True when :meth:`prepare_voice` works and requests may carry a ``reference`` voice.
     clones_voices: ClassVar[bool] = False
+    #: Speakers one request may give voices to (``GenerationRequest.speakers``, the body's
+    #: ``speakers``): above 1 for a model that speaks a multi-speaker script in one request.
+    max_speakers: ClassVar[int] = 1
 
     def speakable(self) -> str | None:
         """The characters this voice says, as a regular-expression character class (``"[a-z]"``),
@@ -190,6 +229,12 @@ class StreamingSpeechPipeline(SpeechPipeline):
             raise InvalidRequestError(
                 f"ref_audio: {type(self).__name__} cannot clone voices", param="ref_audio"
             )
+        check_speakers(
+            request.speakers,
+            self.voices(),
+            max_speakers=self.max_speakers,
+            clones=self.clones_voices,
+        )
         return request.model_copy(update={"prompt": text, "voice": voice})
 
     @abstractmethod

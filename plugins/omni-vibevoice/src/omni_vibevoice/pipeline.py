@@ -32,11 +32,10 @@ from omni_core.speech import (
     Voice,
     resample,
 )
+from pydantic import BaseModel, ConfigDict, Field
 
+from omni_vibevoice.script import SPEAKERS, Script, parse
 from omni_vibevoice.stages import VibeVoiceAudio, VibeVoiceDecoder, VibeVoiceDiffusion
-
-#: VibeVoice speaks a script of up to four speakers ("Speaker 0:" .. "Speaker 3:").
-SPEAKERS = ("speaker_0", "speaker_1", "speaker_2", "speaker_3")
 
 
 def noise_scheduler(generation_config: Any) -> Any:
@@ -53,17 +52,24 @@ def noise_scheduler(generation_config: Any) -> Any:
     return getattr(diffusers, name)(**options)
 
 
-def script(text: str, speaker: int, *, voice_prompt: bool = False) -> list[dict[str, Any]]:
-    """The conversation the processor's chat template formats: one turn of ``speaker`` (with
-    an audio part: the speaker's voice prompt)."""
-    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
-    if voice_prompt:
-        parts.append({"type": "audio"})
-    return [{"role": str(speaker), "content": parts}]
+class VibeVoiceExtras(BaseModel):
+    """VibeVoice's own request fields (``generate()``'s options)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_new_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="Steps at most (a frame of audio each, 1/7.5 s, or a speech start/end); "
+        "default: the generation config's.",
+    )
 
 
 class VibeVoicePipeline(AutoregressiveSpeechPipeline):
     """Text to speech with VibeVoice; requests share the runtime's decode steps."""
+
+    extras_model = VibeVoiceExtras
 
     #: Frames per chunk (a frame is 1/7.5 s of audio in the official checkpoints).
     schedule = ChunkSchedule(first=2, rest=8)
@@ -71,6 +77,8 @@ class VibeVoicePipeline(AutoregressiveSpeechPipeline):
     max_len = 4096
     #: Voice prompts: reference audio uploaded (``POST /v1/audio/voices``) or sent as ``ref_audio``.
     clones_voices = True
+    #: A script of "Speaker N:" lines, each speaker with a voice (``speakers``).
+    max_speakers = len(SPEAKERS)
 
     def warmup_fields(self) -> dict[str, Any]:
         """A seeded sentence long enough that even random test weights speak a few frames
@@ -110,25 +118,40 @@ class VibeVoicePipeline(AutoregressiveSpeechPipeline):
             max_len=self.max_len,
         )
 
+    def validate(self, request: GenerationRequest) -> GenerationRequest:
+        """The shared checks, then the script's: its labels and those ``speakers`` names."""
+        request = super().validate(request)
+        parse(request.prompt, request.voice, reference=request.reference, speakers=request.speakers)
+        return request
+
     def prompt_ids(self, text: str, voice: str | None) -> torch.Tensor:
         """``[1, T]`` the prompt's token ids, through the checkpoint's chat template."""
         return self.prompt_inputs(text, voice)["input_ids"]
 
     def prompt_inputs(
-        self, text: str, voice: str | None, reference: np.ndarray | None = None
+        self,
+        text: str,
+        voice: str | None = None,
+        reference: np.ndarray | None = None,
+        speakers: dict[str, str | np.ndarray] | None = None,
     ) -> dict[str, torch.Tensor]:
-        """The processor's inputs for ``text`` (``input_ids``; with a voice prompt, also its
-        ``input_values`` and ``padding_mask``), what ``generate()`` takes."""
-        speaker = 0 if voice is None else SPEAKERS.index(voice)
-        conversation = script(text, speaker, voice_prompt=reference is not None)
-        if reference is None:
+        """The processor's inputs for ``text`` (``input_ids``; with voice prompts, also their
+        ``input_values`` and ``padding_mask``), what ``generate()`` takes. ``reference`` is the
+        default speaker's voice prompt, ``speakers`` each label's (or the voice it speaks as)."""
+        return self.script_inputs(parse(text, voice, reference=reference, speakers=speakers))
+
+    def script_inputs(self, script: Script) -> dict[str, torch.Tensor]:
+        """The processor's inputs for a parsed script (its prompts: waves at the model's rate)."""
+        conversation = script.conversation()
+        if not script.prompts:
             return dict(
                 self.processor.apply_chat_template(
                     conversation, tokenize=True, return_dict=True, return_tensors="pt"
                 )
             )
         rendered = self.processor.apply_chat_template(conversation, tokenize=False)
-        return dict(self.processor(text=[rendered], audio=[reference], return_tensors="pt"))
+        audio = [script.prompts[s] for s in script.prompt_order()]
+        return dict(self.processor(text=[rendered], audio=audio, return_tensors="pt"))
 
     def prepare_voice(self, voice: ReferenceVoice) -> PreparedVoice:
         """A voice prompt: the reference audio, mono at the model's rate (VibeVoice encodes it
@@ -144,16 +167,22 @@ class VibeVoicePipeline(AutoregressiveSpeechPipeline):
     ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """(prompt embeddings ``[T, hidden]``, its token ids, the torch RNG state after it): a
         voice prompt's acoustic latents draw their noise first, as in ``generate()``."""
-        reference = None
-        if request.reference is not None:
-            prepared = request.reference.prepared or self.prepare_voice(request.reference)
-            reference = prepared.tensors["audio"].numpy()
-        inputs = self.prompt_inputs(request.prompt, request.voice, reference)
+
+        def wave(voice: ReferenceVoice) -> np.ndarray:
+            prepared = voice.prepared or self.prepare_voice(voice)
+            return prepared.tensors["audio"].numpy()
+
+        reference = None if request.reference is None else wave(request.reference)
+        speakers = {
+            label: v if isinstance(v, str) else wave(v) for label, v in request.speakers.items()
+        }
+        script = parse(request.prompt, request.voice, reference=reference, speakers=speakers)
+        inputs = self.script_inputs(script)
         ids = inputs["input_ids"].to(self.model.device)
         with self.lock, torch.random.fork_rng(devices=[]), torch.inference_mode():
             torch.manual_seed(seed)
             embeds = self.model.get_input_embeddings()(ids)
-            if reference is not None:
+            if script.prompts:
                 features = self.model.model.get_audio_features(
                     inputs["input_values"].to(self.model.device, self.model.dtype),
                     inputs["padding_mask"].to(self.model.device),
@@ -178,5 +207,5 @@ class VibeVoicePipeline(AutoregressiveSpeechPipeline):
             "guidance": float(self.generation.guidance_scale or 1.0),
             "diffusion_steps": int(getattr(self.generation, "num_diffusion_steps", None) or 10),
         }
-        frames = int(self.generation.max_new_tokens or 1024)
-        return ARState(request=request, data=data, max_frames=frames)
+        frames = request.extras.get("max_new_tokens") or self.generation.max_new_tokens or 1024
+        return ARState(request=request, data=data, max_frames=int(frames))

@@ -46,8 +46,9 @@ SPECIALS = (
 )
 
 
-def _tokenizer() -> Any:
-    """A byte-level BPE Qwen2 tokenizer trained in-process (milliseconds, no network)."""
+def _tokenizer(specials: tuple[str, ...] = SPECIALS) -> Any:
+    """A byte-level BPE Qwen2 tokenizer trained in-process (milliseconds, no network); the
+    special tokens take the ids 0.. in the order of ``specials``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import Qwen2TokenizerFast
 
@@ -56,7 +57,7 @@ def _tokenizer() -> Any:
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=320,
-        special_tokens=list(SPECIALS),
+        special_tokens=list(specials),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -67,20 +68,21 @@ def _tokenizer() -> Any:
         pad_token="<|endoftext|>",
         unk_token=None,
         bos_token=None,
-        additional_special_tokens=list(SPECIALS[1:]),
+        additional_special_tokens=[t for t in specials if t != "<|endoftext|>"],
     )
 
 
-def tiny_config(tokenizer: Any) -> Any:
-    """The VibeVoice config at a tiny size (the official architecture, every part smaller)."""
+def tiny_config(tokenizer: Any, ratios: tuple[int, ...] = (2, 2, 4)) -> Any:
+    """The VibeVoice config at a tiny size (the official architecture, every part smaller;
+    ``ratios``: the codec's downsampling, whose product is the samples of a frame)."""
     from transformers import VibeVoiceConfig
 
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIALS}
     codec = {
         "hidden_size": 8,
         "num_filters": 4,
-        "downsampling_ratios": [2, 2, 4],
-        "depths": [1, 1, 1, 1],
+        "downsampling_ratios": list(ratios),
+        "depths": [1] * (len(ratios) + 1),
         "kernel_size": 7,
     }
     return VibeVoiceConfig(
@@ -116,28 +118,12 @@ def tiny_config(tokenizer: Any) -> Any:
     )
 
 
-def build_tiny_vibevoice(path: Path | str, *, seed: int = 0) -> Path:
-    """Write a tiny random VibeVoice checkpoint in the official layout to ``path``."""
-    import torch
-    from transformers import (
-        GenerationConfig,
-        VibeVoiceAcousticTokenizerFeatureExtractor,
-        VibeVoiceForConditionalGeneration,
-        VibeVoiceProcessor,
-    )
+def generation_config(config: Any, *, max_new_tokens: int) -> Any:
+    """The generation config of the official checkpoints (guidance 1.3, 10 DPM-Solver steps)."""
+    from transformers import GenerationConfig
 
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    tokenizer = _tokenizer()
-    config = tiny_config(tokenizer)
-    torch.manual_seed(seed)
-    model = VibeVoiceForConditionalGeneration(config).eval()
-    with torch.no_grad():  # random weights at a scale where the head's choices vary
-        for name, param in model.named_parameters():
-            if "norm" not in name and param.dim() > 1:
-                param.normal_(0.0, 0.2)
-    model.generation_config = GenerationConfig(
-        max_new_tokens=64,
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens,
         guidance_scale=1.3,
         num_diffusion_steps=10,
         noise_scheduler_class="DPMSolverMultistepScheduler",
@@ -148,11 +134,39 @@ def build_tiny_vibevoice(path: Path | str, *, seed: int = 0) -> Path:
         pad_token_id=config.pad_token_id,
         eos_token_id=config.eos_token_id,
     )
-    model.save_pretrained(path)
+
+
+def save_processor(path: Path, tokenizer: Any, config: Any) -> None:
+    """The processor's files (feature extractor, tokenizer, chat template) as the Hub has them."""
+    from transformers import VibeVoiceAcousticTokenizerFeatureExtractor, VibeVoiceProcessor
+
     extractor = VibeVoiceAcousticTokenizerFeatureExtractor(
         sampling_rate=24000, pad_to_multiple_of=config.audio_config.hop_length
     )
     VibeVoiceProcessor(extractor, tokenizer, chat_template=CHAT_TEMPLATE).save_pretrained(path)
+
+
+def build_tiny_vibevoice(
+    path: Path | str, *, seed: int = 0, ratios: tuple[int, ...] = (2, 2, 4)
+) -> Path:
+    """Write a tiny random VibeVoice checkpoint in the official layout to ``path`` (``ratios``:
+    the codec's downsampling; a longer frame makes a voice prompt fewer tokens)."""
+    import torch
+    from transformers import VibeVoiceForConditionalGeneration
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = _tokenizer()
+    config = tiny_config(tokenizer, ratios)
+    torch.manual_seed(seed)
+    model = VibeVoiceForConditionalGeneration(config).eval()
+    with torch.no_grad():  # random weights at a scale where the head's choices vary
+        for name, param in model.named_parameters():
+            if "norm" not in name and param.dim() > 1:
+                param.normal_(0.0, 0.2)
+    model.generation_config = generation_config(config, max_new_tokens=64)
+    model.save_pretrained(path)
+    save_processor(path, tokenizer, config)
     return path
 
 

@@ -96,6 +96,7 @@ async def speech_call(
     assert isinstance(pipeline, SpeechPipeline)
     data = compat.translate("speech", data, request, pipeline)
     reference, uploaded = await voices.reference_for(state, served, data, _voice_of(data))
+    speakers = await voices.speakers_for(state, served, data)
     body = validate(SpeechBody, data)
     # no format given: the server's (--speech-format, wav by default as in vLLM-Omni)
     fmt = body.response_format or state.config.speech_format
@@ -116,6 +117,8 @@ async def speech_call(
         fields["voice"] = voice
     if reference is not None:
         fields["reference"] = reference
+    if speakers:
+        fields["speakers"] = speakers
     if body.seed is not None:
         fields["seed"] = body.seed
     gen = state.build_request(served, fields, extras=extras, request_id=rid)

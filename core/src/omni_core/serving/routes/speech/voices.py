@@ -5,7 +5,8 @@ answers), and uploaded voices.
 ``uploaded``); ``POST`` (multipart: ``name``, the ``audio`` file, optional ``transcript``,
 ``consent`` required, optional ``model`` and ``language``) stores a reference voice and prepares
 it for every served model that clones voices; ``DELETE /v1/audio/voices/{name}`` removes it.
-:func:`reference_for` is what the speech route asks: the voice a request clones, if any.
+:func:`reference_for` is what the speech route asks: the voice a request clones, if any;
+:func:`speakers_for` the voices of a multi-speaker request's speakers.
 """
 
 from __future__ import annotations
@@ -114,6 +115,37 @@ async def reference_for(
         return await asyncio.to_thread(store.prepared, voice, served.id, pipeline), True
     except Exception as exc:  # noqa: BLE001 - an InvalidRequestError becomes a 400, others 500
         raise from_exception(exc) from None
+
+
+async def speakers_for(
+    state: ServerState, served: ServedModel, data: dict[str, Any]
+) -> dict[str, str | ReferenceVoice]:
+    """Each speaker's voice of a multi-speaker body (``speakers``: label -> voice name): a
+    voice of the model stays its id, an uploaded one becomes its prepared reference (compat
+    refused the field for a model that speaks one voice; the pipeline checks the rest)."""
+    speakers = data.pop("speakers", None)
+    if not speakers:
+        return {}
+    pipeline = served.pipeline
+    assert isinstance(pipeline, SpeechPipeline)
+    own = {v.id for v in pipeline.voices()}
+    out: dict[str, str | ReferenceVoice] = {}
+    for label, voice in speakers.items():
+        if voice in own or state.voices.get(voice) is None:
+            out[label] = voice  # unknown names: the pipeline's check lists the voices it has
+            continue
+        if not pipeline.clones_voices:
+            raise invalid(
+                f"speakers: {voice!r} is an uploaded voice; the model {served.id!r} cannot "
+                "clone voices",
+                "speakers",
+                code="unsupported_parameter",
+            )
+        try:
+            out[label] = await asyncio.to_thread(state.voices.prepared, voice, served.id, pipeline)
+        except Exception as exc:  # noqa: BLE001 - an InvalidRequestError becomes a 400
+            raise from_exception(exc) from None
+    return out
 
 
 def add_routes(router: APIRouter, state: ServerState) -> None:

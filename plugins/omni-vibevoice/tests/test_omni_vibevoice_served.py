@@ -1,0 +1,205 @@
+"""VibeVoice served by one real ``omni serve`` (127.0.0.1) to the official clients.
+
+The ``openai`` client asks for speech whole and streamed in a built-in voice, in a voice
+uploaded through ``POST /v1/audio/voices`` (cloned from its audio) and as a two-speaker script
+(``speakers``); the ``websockets`` client speaks text through ``/v1/audio/speech/stream``. Each
+answer equals transformers' ``generate()`` on the same inputs and seed, to 16-bit PCM. The
+checkpoint is the dialogue tests' (160-sample frames, weights seed 5: it speaks after a 0.5 s
+voice prompt, the shortest upload the server takes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import signal
+import subprocess
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from omni_core.testing.services import free_port, omni_command, spawn, wait_until
+
+from omni_vibevoice.testing import build_tiny_vibevoice
+
+#: The uploaded voice: 0.5 s of 16-bit noise (what the server decodes is exactly these values).
+VOICE = (np.round(np.random.default_rng(0).standard_normal(12000) * 3277) / 32768).astype(
+    np.float32
+)
+LSB = 2 / 32767
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("vibevoice-served") / "tiny"
+    return build_tiny_vibevoice(folder, seed=5, ratios=(4, 5, 8))
+
+
+@pytest.fixture(scope="module")
+def url(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One ``omni serve`` of the checkpoint for the module (no warm-up: the tiny model speaks
+    for some inputs only)."""
+    root = tmp_path_factory.mktemp("vibevoice-serve")
+    port, log = free_port(), root / "serve.log"
+    args = ["serve", f"vibevoice={checkpoint}", "--port", str(port), "--device", "cpu"]
+    args += ["--state-dir", str(root / "state"), "--log-level", "warning", "--no-warmup"]
+    process = spawn(omni_command(*args), log)
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert process.poll() is None, f"omni serve exited:\n{log.read_text()[-3000:]}"
+        return httpx.get(f"{base}/health", timeout=2).status_code == 200
+
+    try:
+        wait_until("omni serve healthy", healthy, log, timeout=120)
+        yield base
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def reference(checkpoint: Path) -> Any:
+    """``generate()`` on a conversation ((speaker, text) lines, voice prompts by speaker)."""
+    from transformers import AutoProcessor, VibeVoiceForConditionalGeneration
+
+    model = VibeVoiceForConditionalGeneration.from_pretrained(checkpoint).eval()
+    processor = AutoProcessor.from_pretrained(checkpoint)
+
+    def run(lines: list[tuple[int, str]], prompts: dict[int, np.ndarray], seed: int) -> Any:
+        conversation, given = [], set()
+        for speaker, text in lines:
+            parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+            if speaker in prompts and speaker not in given:
+                parts.append({"type": "audio", "audio": prompts[speaker]})
+                given.add(speaker)
+            conversation.append({"role": str(speaker), "content": parts})
+        inputs = processor.apply_chat_template(
+            conversation, tokenize=True, return_dict=True, return_tensors="pt"
+        )
+        torch.manual_seed(seed)
+        audio = model.generate(**inputs, return_dict_in_generate=True).audio[0]
+        assert audio is not None, "pick inputs the tiny model speaks for"
+        return np.clip(audio.reshape(-1).float().numpy(), -1, 1)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def client(url: str) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def uploaded(url: str) -> str:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(24000)
+        out.writeframes((VOICE * 32768).astype("<i2").tobytes())
+    response = httpx.post(
+        f"{url}/v1/audio/voices",
+        data={"name": "alice", "consent": "true"},
+        files={"audio": ("alice.wav", buffer.getvalue(), "audio/wav")},
+        timeout=60,
+    )
+    assert response.status_code == 201, response.text
+    return "alice"
+
+
+def _pcm(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw, "<i2") / 32767
+
+
+def _whole_and_streamed(client: Any, **body: Any) -> tuple[np.ndarray, bytes]:
+    extra = body.pop("extra_body")
+    whole = client.audio.speech.create(**body, response_format="pcm", extra_body=extra).content
+    with client.audio.speech.with_streaming_response.create(
+        **body, response_format="pcm", stream_format="audio", extra_body=extra
+    ) as response:
+        streamed = b"".join(response.iter_bytes())
+    assert streamed == whole
+    return _pcm(whole), whole
+
+
+def test_a_built_in_voice_whole_and_streamed(client: Any, reference: Any, url: str) -> None:
+    import openai
+
+    voices = httpx.get(f"{url}/v1/audio/voices", timeout=10).json()["voices"]
+    assert voices[:4] == ["speaker_0", "speaker_1", "speaker_2", "speaker_3"]
+    expected = reference([(0, "Hello there.")], {}, 0)
+    heard, _ = _whole_and_streamed(
+        client, model="vibevoice", voice="speaker_0", input="Hello there.", extra_body={"seed": 0}
+    )
+    np.testing.assert_allclose(heard, expected, atol=LSB)
+    with pytest.raises(openai.BadRequestError, match="voice"):
+        client.audio.speech.create(model="vibevoice", voice="nobody", input="Hi.")
+
+
+def test_an_uploaded_voice_is_cloned(client: Any, reference: Any, uploaded: str) -> None:
+    expected = reference([(0, "Hello there.")], {0: VOICE}, 0)
+    heard, _ = _whole_and_streamed(
+        client, model="vibevoice", voice=uploaded, input="Hello there.", extra_body={"seed": 0}
+    )
+    np.testing.assert_allclose(heard, expected, atol=LSB)
+
+
+def test_a_dialogue_with_an_uploaded_and_a_built_in_voice(
+    client: Any, reference: Any, uploaded: str
+) -> None:
+    import openai
+
+    script = "Speaker 1: Hello there.\nSpeaker 2: Hi!"
+    expected = reference([(1, "Hello there."), (3, "Hi!")], {1: VOICE}, 0)
+    extra = {"seed": 0, "speakers": {"1": uploaded, "2": "speaker_3"}}
+    heard, _ = _whole_and_streamed(
+        client, model="vibevoice", voice="speaker_0", input=script, extra_body=extra
+    )
+    np.testing.assert_allclose(heard, expected, atol=LSB)
+    with pytest.raises(openai.BadRequestError, match="speakers"):
+        client.audio.speech.create(
+            model="vibevoice", voice="speaker_0", input=script, extra_body={"speakers": {"1": "x"}}
+        )
+
+
+def test_the_websocket_text_stream_speaks(url: str, reference: Any) -> None:
+    import websockets
+
+    async def session() -> list[Any]:
+        config = {"type": "session.config", "model": "vibevoice", "voice": "speaker_0"}
+        messages = [
+            {**config, "response_format": "pcm", "seed": 0},
+            {"type": "input.text", "text": "Hello "},
+            {"type": "input.text", "text": "there."},
+            {"type": "input.done"},
+        ]
+        received: list[Any] = []
+        ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+        async with websockets.connect(ws_url) as ws:
+            for message in messages:
+                await ws.send(json.dumps(message))
+            try:
+                async for item in ws:
+                    received.append(item if isinstance(item, bytes) else json.loads(item))
+            except websockets.ConnectionClosed:
+                pass
+        return received
+
+    received = asyncio.run(session())
+    events = [r for r in received if isinstance(r, dict)]
+    assert [e["type"] for e in events] == ["audio.start", "audio.done", "session.done"], events
+    audio = b"".join(r for r in received if isinstance(r, bytes))
+    np.testing.assert_allclose(_pcm(audio), reference([(0, "Hello there.")], {}, 0), atol=LSB)
