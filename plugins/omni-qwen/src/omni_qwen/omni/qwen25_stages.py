@@ -331,9 +331,7 @@ class TalkerFollower(SpeechFollower):
     def stages(self, reply: ReplyBuffer) -> SpeechStages:
         self.reply = reply
         dit = self.model.token2wav.code2wav_dit_model.config
-        decoder = self.talker_stage(
-            self.model.talker, reply, self.text_ends, dit.num_embeds + 1
-        )
+        decoder = self.talker_stage(self.model.talker, reply, self.text_ends, dit.num_embeds + 1)
         codec = Token2WavDecoder(self.model.token2wav, self.speakers, **self.codec)
         max_len = self.model.config.talker_config.max_position_embeddings
         return SpeechStages(decoder=decoder, codec=codec, schedule=self.schedule, max_len=max_len)
