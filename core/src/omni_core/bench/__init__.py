@@ -17,6 +17,7 @@ _face = Face(
     {
         "omni_core.bench.workload": ("Workload", "write_random_model"),
         "omni_core.bench.runner": ("BenchOptions", "run_benchmark", "select_workloads"),
+        "omni_core.bench.weights": ("materialize_random_",),
     },
 )
 __getattr__, __dir__, __all__ = _face.getattr, _face.dir, _face.names

@@ -90,7 +90,7 @@ def build_random_vibevoice(
     """Write a real-size VibeVoice with seeded random weights to ``path`` (see the module
     docstring: every step speaks; ``max_new_tokens`` frames per request, 75 = 10 s)."""
     import torch
-    from omni_core.bench.weights import materialize_random_
+    from omni_core.bench import materialize_random_
     from transformers import VibeVoiceForConditionalGeneration
 
     from omni_vibevoice.testing import _tokenizer, generation_config, save_processor
