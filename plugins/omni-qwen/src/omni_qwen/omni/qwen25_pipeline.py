@@ -24,9 +24,10 @@ Load options (``--option key=value`` / ``Omni(path, key=value)``):
   within 1.5e-4 of the eager forward's on an H200);
   ``off``: transformers' eager forward.
 - ``decode_graphs``: the thinker's and talker's decode steps at static shapes over the runtime's
-  caches, replayed as CUDA graphs (:mod:`.qwen25_graphs`): ``on`` (on CUDA; eager elsewhere),
-  ``static`` (the static steps without capture: what the CPU tests check against the eager
-  stages) or ``off`` (default, until measured on a GPU: the eager stages).
+  caches, replayed as CUDA graphs (:mod:`.qwen25_graphs`): ``on`` (default; on CUDA, eager
+  elsewhere: on an H200 a thinker step 21.5 -> 6.9 ms, a talker step 18.6 -> 3.7 ms, greedy text
+  equal, ``bench/results/omni-chat-graphs-h200.json``), ``static`` (the static steps without
+  capture: what the CPU tests check against the eager stages) or ``off`` (the eager stages).
 - ``max_len``: positions of one request's thinker cache, prompt + answer (default 8192).
 
 Sampling: ``temperature`` / ``top_p`` / ``top_k`` / ``seed`` of the request drive the thinker
@@ -67,8 +68,8 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         "audio_left_context": "codes of left context per streamed chunk (default 24)",
         "token2wav_steps": "DiT ODE steps (default 10)",
         "cuda_graphs": "on (default): token2wav's DiT replayed as CUDA graphs on CUDA; off: eager",
-        "decode_graphs": "on: thinker and talker decode steps replayed as CUDA graphs on "
-        "CUDA; static: the same static steps uncaptured; off (default): the eager stages",
+        "decode_graphs": "on (default): thinker and talker decode steps replayed as CUDA graphs "
+        "on CUDA; static: the same static steps uncaptured; off: the eager stages",
         "max_len": "thinker cache positions per request, prompt + answer (default 8192)",
     }
 
@@ -103,7 +104,7 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         self.left_context = int(extra.get("audio_left_context", 24))
         self.token2wav_steps = int(extra.get("token2wav_steps", 10))
         self.cuda_graphs = flag("cuda_graphs", extra.get("cuda_graphs", "on"))
-        self.decode_graphs = str(extra.get("decode_graphs", "off")).strip().lower()
+        self.decode_graphs = str(extra.get("decode_graphs", "on")).strip().lower()
         if self.decode_graphs not in ("on", "static", "off"):
             raise ConfigError(
                 f"decode_graphs={extra.get('decode_graphs')!r}: expected on, static or off"
