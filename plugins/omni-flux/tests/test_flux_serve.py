@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import base64
 import io
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,23 +20,14 @@ pytest.importorskip("uvicorn")
 T5 = {"max_sequence_length": 32}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(
     flux_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """uvicorn serving omni's app (what ``omni serve`` runs) on a thread."""
-    import httpx
-    import uvicorn
+    from omni_core.testing import serve_on_thread
 
-    from omni_core.serving import ServerConfig, create_app
-
-    config = ServerConfig(
+    with serve_on_thread(
         models=[
             {"id": "flux-dev", "path": str(flux_checkpoints["dev"])},
             {"id": "flux-kontext", "path": str(flux_checkpoints["kontext"])},
@@ -47,33 +35,9 @@ def server(
             {"id": "flux2", "path": str(flux_checkpoints["flux2"])},
             {"id": "flux2-klein", "path": str(flux_checkpoints["flux2-klein"])},
         ],
-        host="127.0.0.1",
-        port=_free_port(),
         state_dir=tmp_path_factory.mktemp("flux-serve-state"),
-        device="cpu",
-        dtype="float32",
-        warmup=False,
-    )
-    app = create_app(config)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://{config.host}:{config.port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    else:  # pragma: no cover - a server that never came up
-        raise RuntimeError("omni serve did not become healthy")
-    yield url
-    server.should_exit = True
-    thread.join(timeout=30)
+    ) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,6 @@
 from __future__ import annotations
 
 import base64
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,12 +21,6 @@ MESSAGES = [{"role": "user", "content": "hello world"}]
 SPOKEN = {"modalities": ["text", "audio"], "temperature": 0, "max_tokens": 24}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from omni_qwen.testing import build_tiny_qwen3_omni
@@ -42,39 +33,16 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """uvicorn serving omni's app on a thread; code2wav's context spans whole answers here, so
     the streamed audio is comparable with ``generate()``'s whole decode."""
-    import httpx
-    import uvicorn
+    from omni_core.testing import serve_on_thread
 
-    from omni_core.serving import ServerConfig, create_app
-
-    config = ServerConfig(
+    with serve_on_thread(
         models=[{"id": MODEL, "path": str(checkpoint)}],
-        host="127.0.0.1",
-        port=_free_port(),
         state_dir=tmp_path_factory.mktemp("qwen3-omni-state"),
-        device="cpu",
         options={"left_context": 4096, "first_chunk_frames": 2, "chunk_frames": 3},
-    )
-    app = create_app(config)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://{config.host}:{config.port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    else:  # pragma: no cover - a server that never came up
-        raise RuntimeError("omni serve did not become healthy")
-    yield url
-    server.should_exit = True
-    thread.join(timeout=30)
+        dtype=None,
+        warmup=True,
+    ) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

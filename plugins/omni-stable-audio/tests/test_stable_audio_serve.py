@@ -6,8 +6,6 @@ field names, and bad requests get OpenAI-style 400s that name the field."""
 from __future__ import annotations
 
 import io
-import threading
-import time
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,38 +23,14 @@ BODY: dict[str, Any] = {"model": "stable-audio-open", "num_inference_steps": 3, 
 @pytest.fixture(scope="module")
 def server(audio_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """uvicorn serving omni's app (what ``omni serve`` runs) on a thread, warm-up included."""
-    import uvicorn
+    from omni_core.testing import serve_on_thread
 
-    from omni_core.serving import ServerConfig, create_app
-    from omni_core.testing import free_port
-
-    config = ServerConfig(
+    with serve_on_thread(
         models=[{"id": "stable-audio-open", "path": str(audio_checkpoint)}],
-        host="127.0.0.1",
-        port=free_port(),
         state_dir=tmp_path_factory.mktemp("stable-audio-serve-state"),
-        device="cpu",
-        dtype="float32",
-    )
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(config), host=config.host, port=config.port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://{config.host}:{config.port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    else:  # pragma: no cover - a server that never came up
-        raise RuntimeError("omni serve did not become healthy")
-    yield url
-    server.should_exit = True
-    thread.join(timeout=30)
+        warmup=True,
+    ) as url:
+        yield url
 
 
 def _post(server: str, body: dict[str, Any]) -> Any:

@@ -68,7 +68,7 @@ _face = Face(
             "backend_availability",
             "quantize_components",
         ),
-        "omni_core.testing.serving": ("open_job_store", "server_metrics"),
+        "omni_core.testing.serving": ("open_job_store", "serve_on_thread", "server_metrics"),
         "omni_core.testing.services": (
             "free_port",
             "omni_command",
