@@ -6,11 +6,11 @@
 #   bash bench/omni_chat_http.sh                                        # Qwen2.5-Omni-7B sizes
 #   bash bench/omni_chat_http.sh --option decode_graphs=on              # a load option, both paths
 #   bash bench/omni_chat_http.sh --model qwen3-omni-30b-a3b             # ~70 GB checkpoint: x2 disk
-# The machine has torch/transformers but no fastapi/uvicorn/pydantic/openai/httpx: they come from
-# ./.whl (carry ".whl"; fill it with ../shared/tools/device-wheels.sh fastapi starlette uvicorn
-# pydantic pydantic-core annotated-types typing-inspection h11 anyio sniffio idna click openai
-# httpx httpcore certifi distro jiter python-multipart prometheus-client httpx2 httpcore2
-# truststore: openai 3.x imports httpx2). The checkpoint is written once under $CKPT (kept while
+# The machine has torch/transformers but no fastapi/uvicorn/pydantic/openai/httpx/websockets:
+# they come from ./.whl (carry ".whl"; fill it with ../shared/tools/device-wheels.sh openai
+# httpx httpcore h11 anyio sniffio idna certifi distro jiter websockets python-multipart
+# prometheus-client httpx2 httpcore2 truststore, as for bench/qwen3_tts_http.sh;
+# openai 3.x imports httpx2). The checkpoint is written once under $CKPT (kept while
 # the machine stays warm). Writes $OUT/omni-realtime-h200.json (a run of the other model already
 # there is kept) and the raw `omni bench serve` result beside it.
 set -euo pipefail

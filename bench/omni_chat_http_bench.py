@@ -20,11 +20,12 @@ tokens). Speech is capped at ``--speech-frames`` codes per answer
 earlier, so each row reports the seconds of audio it got.
 
 Then ``omni bench serve --task chat --checkpoint DIR --start-server`` runs (the command is in
-the result), and its rows become this model's run in ``--out`` (a run of the other model
-already there is kept; ``rows`` holds both): the rows of the issue's schema (``model``,
-``concurrency``, ``path``, ``first_audio_s``, ``rtf``, ``text_tokens_per_s``, ...), the command,
-GPU and versions, and ``targets``: each target of the issue with the measured value and
-whether it is met.
+the result), and its report is added to ``--out``'s ``runs``; ``rows`` holds the latest row of
+every model, path, mode and level over the runs (so levels may be measured in separate runs),
+``targets`` each target of the issue against them. A run's report holds the rows of the
+issue's schema (``model``, ``concurrency``, ``path``, ``first_audio_s``, ``rtf``,
+``text_tokens_per_s``, ...), the command, GPU and versions, and its own ``targets`` and
+``note`` (which are missed).
 """
 
 from __future__ import annotations
@@ -67,12 +68,27 @@ TARGETS: dict[str, list[tuple[str, str, int, str, float, str]]] = {
 
 
 def pad_vocabulary(folder: Path, size: int) -> None:
-    """Fill vocab.json up to ``size`` ids with lowercase words (byte-level symbols that are
-    themselves: each decodes to its letters), after the ids already taken."""
-    vocab_file = folder / "vocab.json"
-    vocab = json.loads(vocab_file.read_text("utf-8"))
+    """Fill the tokenizer's vocabulary (``vocab.json``, and ``tokenizer.json``'s where there is
+    one) up to ``size`` ids with lowercase words (byte-level symbols that are themselves: each
+    decodes to its letters) in the ids not taken; the special tokens are written in too, at
+    their ids (a vocabulary with gaps makes the tokenizer renumber them)."""
     config = json.loads((folder / "tokenizer_config.json").read_text("utf-8"))
-    taken = set(vocab.values()) | {int(i) for i in config.get("added_tokens_decoder", {})}
+    specials = {t["content"]: int(i) for i, t in config.get("added_tokens_decoder", {}).items()}
+    vocab_file, fast_file = folder / "vocab.json", folder / "tokenizer.json"
+    fast = json.loads(fast_file.read_text("utf-8")) if fast_file.exists() else None
+    if fast is not None:
+        specials.update({t["content"]: int(t["id"]) for t in fast.get("added_tokens", [])})
+        fast["model"]["vocab"] = _filled(fast["model"]["vocab"], specials, size)
+        fast_file.write_text(json.dumps(fast, ensure_ascii=False), encoding="utf-8")
+    vocab = json.loads(vocab_file.read_text("utf-8"))
+    vocab_file.write_text(
+        json.dumps(_filled(vocab, specials, size), ensure_ascii=False), encoding="utf-8"
+    )
+
+
+def _filled(vocab: dict[str, int], specials: dict[str, int], size: int) -> dict[str, int]:
+    vocab = {**vocab, **{k: v for k, v in specials.items() if k not in vocab}}
+    taken = set(vocab.values())
     letters = "abcdefghijklmnopqrstuvwxyz"
     n = 0
     for i in range(size):
@@ -88,7 +104,7 @@ def pad_vocabulary(folder: Path, size: int) -> None:
             if "\u0120" + word not in vocab:
                 break
         vocab["\u0120" + word] = i  # "Ġword": " word"
-    vocab_file.write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    return vocab
 
 
 def build_checkpoint(model: str, folder: Path, frames: int, tiny: bool) -> Path:
@@ -252,11 +268,18 @@ def main() -> None:
         else "missed: " + "; ".join(missed_text),
         "bench_result": raw_out.name,
     }
-    merged: dict[str, Any] = {"runs": {}}
-    if args.out.exists():  # the other family's run stays: one file for the issue's table
+    merged: dict[str, Any] = {"runs": [], "rows": []}
+    if args.out.exists():  # earlier runs stay (the other model, other levels): one table
         merged = json.loads(args.out.read_text())
-    merged["runs"][args.model] = report
-    merged["rows"] = [r for run in merged["runs"].values() for r in run["rows"]]
+    merged["runs"].append(report)
+    key = ("model", "path", "mode", "concurrency")
+    fresh = {tuple(r[k] for k in key) for r in report["rows"]}
+    kept = [r for r in merged["rows"] if tuple(r[k] for k in key) not in fresh]
+    merged["rows"] = kept + report["rows"]
+    merged["targets"] = [
+        {"model": m, **t} for m in sorted({r["model"] for r in merged["rows"]})
+        for t in check_targets(m, [r for r in merged["rows"] if r["model"] == m])
+    ]  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(merged, indent=2))
     print(f"wrote {args.out}: {report['note']}", flush=True)
