@@ -15,7 +15,7 @@ and the same answers in-process, in one JSON document.
 The result (``--output``): ``command``, ``settings``, ``versions``, ``device``, ``model``,
 ``rows`` (one per path, mode and level; keys in :mod:`omni_core.bench.chat_stats`),
 ``comparisons`` (:func:`~omni_core.bench.chat_stats.compare`), ``peak_device_memory_bytes``
-(``http``, ``in_process``), ``answers`` (every answer's record, by row).
+(``http``, ``in_process``: the largest of their rows'), ``answers`` (every answer's record, by row).
 """
 
 from __future__ import annotations
@@ -161,11 +161,13 @@ async def _http_levels(
                     if warm.error:
                         raise RuntimeError(f"the warm-up answer failed: {warm.error}")
         for mode, concurrency in settings.plan():
-            levels.append(await chat.level(concurrency, mode, settings.rounds))
+            level = await chat.level(concurrency, mode, settings.rounds)
+            level.peak_bytes = (await server_facts(url, key, model))["peak_bytes"]
+            levels.append(level)
     finally:
         await chat.close()
-    peak = (await server_facts(url, key, model))["peak_bytes"]
-    return model, levels, peak
+    peaks = [lv.peak_bytes for lv in levels if lv.peak_bytes is not None]
+    return model, levels, max(peaks) if peaks else None
 
 
 def _local_levels(settings: ChatBenchSettings) -> tuple[list[Level], int | None, str]:
@@ -178,8 +180,13 @@ def _local_levels(settings: ChatBenchSettings) -> tuple[list[Level], int | None,
             if any(m == mode for m, _ in settings.plan()):
                 for _ in range(settings.warmup):
                     local.level(1, mode, 1)
-        levels = [local.level(c, mode, settings.rounds) for mode, c in settings.plan()]
-        return levels, local.peak_bytes, local.device()
+        levels = []
+        for mode, concurrency in settings.plan():
+            local.peak_bytes = None
+            levels.append(local.level(concurrency, mode, settings.rounds))
+            levels[-1].peak_bytes = local.peak_bytes
+        peaks = [lv.peak_bytes for lv in levels if lv.peak_bytes is not None]
+        return levels, max(peaks) if peaks else None, local.device()
     finally:
         local.close()
 

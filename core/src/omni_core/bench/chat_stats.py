@@ -13,6 +13,8 @@ engine submit in-process):
   of the level over the level's wall time.
 
 Medians are the row's plain keys; ``_p90`` keys are the 90th percentiles (linear).
+``peak_device_memory_bytes``: the peak over the level (the engine resets its peak when it goes
+from idle to busy: a level starts idle); None where the platform does not tell.
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ class Level:
     concurrency: int
     answers: list[Answer] = field(default_factory=list)
     wall_s: float = 0.0
+    #: Peak device memory over the level (the server's gauge, or the engine's results).
+    peak_bytes: int | None = None
 
     def row(self, model: str | None) -> dict[str, Any]:
         ok = [a for a in self.answers if a.error is None]
@@ -105,6 +109,7 @@ class Level:
             "answers": len(self.answers),
             "failed": len(self.answers) - len(ok),
             "wall_s": self.wall_s,
+            "peak_device_memory_bytes": self.peak_bytes,
         }
         tokens = [a.completion_tokens for a in ok if a.completion_tokens is not None]
         series: dict[str, list[float]] = {
