@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from omni_core.cli import LazyGroup
+from omni_core.commands.bench_chat import chat_bench_options
 
 #: Subcommands of ``omni bench``: name -> "module:attr", imported on use.
 BENCH_COMMANDS: dict[str, str] = {
@@ -72,10 +73,11 @@ def _extra(value: str | None) -> dict[str, Any]:
 )
 @click.option(
     "--task",
-    type=click.Choice(["t2i", "i2i", "t2v", "tts", "chat-t2i", "chat-i2i", "realtime"]),
+    type=click.Choice(["t2i", "i2i", "t2v", "tts", "chat-t2i", "chat-i2i", "realtime", "chat"]),
     required=True,
     help="chat-t2i / chat-i2i drive POST /v1/chat/completions (vLLM-Omni's image path); "
-    "realtime: one spoken turn per /v1/realtime session (first audio from the commit, RTF).",
+    "realtime: one spoken turn per /v1/realtime session (first audio from the commit, RTF); "
+    "chat: streamed text + speech answers per level with the openai client (the chat: flags).",
 )
 @click.option("--model", default=None, help="Model id (default: the first that fits --task).")
 @click.option("--num-prompts", default=32, show_default=True, type=click.IntRange(1, 1_000_000))
@@ -112,6 +114,7 @@ def _extra(value: str | None) -> dict[str, Any]:
     default=None,
     help="Write a PNG plot (needs matplotlib).",
 )
+@chat_bench_options
 def bench_serve(
     base_url: str,
     task: str,
@@ -129,10 +132,35 @@ def bench_serve(
     seed: int,
     output: Path | None,
     plot_path: Path | None,
+    chat: dict[str, Any],
 ) -> None:
-    """Load-test a running omni server and report throughput and latency."""
+    """Load-test a running omni server and report throughput and latency.
+
+    --task chat measures streamed spoken answers level by level (--concurrency) against
+    --base-url or a server it starts (--start-server --checkpoint DIR), and the same answers
+    in-process on --checkpoint; --output writes the rows as JSON (sdk-docs: benchmarks).
+    """
     import asyncio
 
+    from omni_core.commands.bench_chat import check_not_chat, run_chat
+
+    if task == "chat":
+        common = {
+            "base_url": base_url,
+            "model": model,
+            "api_key": api_key,
+            "warmup_requests": warmup_requests,
+            "seed": seed,
+            "extra": _extra(extra),
+            "command": _command_line(),
+        }
+        if plot_path is not None:
+            from omni_core.contract.errors import ConfigError
+
+            raise ConfigError("--plot: not for --task chat (its rows are in --output)")
+        run_chat(chat, common, output)
+        return
+    check_not_chat(task, chat)
     from omni_core.bench.serve import BenchConfig, BenchRunner, format_summary, plot, write_json
     from omni_core.contract.errors import ConfigError
 
