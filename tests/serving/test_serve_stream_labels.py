@@ -57,3 +57,12 @@ def test_clause_and_none_granularities_carry_it_too() -> None:
         f"<ada>: shi jie{stop}",
     ]
     assert _run(Splitter("none", label=LABEL), "<ada>: Hi. ", "There.") == ["<ada>: Hi. There."]
+
+
+def test_a_long_sentence_keeps_room_for_its_label() -> None:
+    from omni_core.serving.routes.speech.stream import MAX_SENTENCE_CHARS
+
+    words = " ".join(["word"] * 2000)  # 9999 characters, no sentence end
+    out = _run(Splitter(label=LABEL), f"<ada>: {words}")
+    assert len(out) == 3 and all(s.startswith("<ada>: ") for s in out)
+    assert max(len(s) for s in out) <= MAX_SENTENCE_CHARS

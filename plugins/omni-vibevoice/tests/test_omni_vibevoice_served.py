@@ -291,8 +291,7 @@ def test_omni_generate_speech_with_speakers_equals_http(
 ) -> None:
     """``--speaker LABEL=VOICE`` (a voice id, or an audio file to clone) is the body's
     ``speakers``: the CLI's WAV holds the samples the server's WAV holds for the same request."""
-    from click.testing import CliRunner
-    from omni_core.cli import cli
+    from omni_core.testing import run_cli
 
     voice_file = tmp_path / "alice.wav"  # the samples the uploaded voice holds
     with wave.open(str(voice_file), "wb") as out:
@@ -304,7 +303,7 @@ def test_omni_generate_speech_with_speakers_equals_http(
     target = tmp_path / "dialogue.wav"
     args = ["generate", "speech", script, "--model", str(checkpoint), "--device", "cpu"]
     args += ["--speaker", f"1={voice_file}", "--speaker", "2=speaker_3", "--seed", "0"]
-    result = CliRunner().invoke(cli, [*args, "-o", str(target), "-q"])
+    result = run_cli(*args, "-o", str(target), "-q")
     assert result.exit_code == 0, result.output
     served = client.audio.speech.create(
         model="vibevoice",
@@ -332,13 +331,12 @@ def test_omni_generate_speech_with_speakers_equals_http(
 def test_omni_generate_speech_refuses_bad_speakers_in_one_line(
     checkpoint: Path, tmp_path: Path, speakers: list[str], message: str
 ) -> None:
-    from click.testing import CliRunner
-    from omni_core.cli import cli
+    from omni_core.testing import run_cli
 
     target = tmp_path / "out.wav"
     args = ["generate", "speech", "Speaker 1: Hi!", "--model", str(checkpoint), "--device", "cpu"]
     args += [a for s in speakers for a in ("--speaker", s)]
-    result = CliRunner().invoke(cli, [*args, "-o", str(target), "-q"])
+    result = run_cli(*args, "-o", str(target), "-q")
     assert result.exit_code == 2, result.output
     # one error line, the last (before it: transformers' weight-loading bar; click's usage)
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]

@@ -42,6 +42,8 @@ PATH = "/v1/audio/speech/stream"
 MAX_BUFFER_CHARS = 100_000
 #: A sentence longer than this (the speech body's ``input`` limit) is cut at a space.
 MAX_SENTENCE_CHARS = 4096
+#: Room kept in a sentence for a carried speaker label (a longer label is not carried).
+MAX_LABEL_CHARS = 64
 #: Bytes of one ``input.text`` (or ``input.done``) message; ``session.config`` may carry a
 #: reference voice and gets the server's body limit.
 MAX_TEXT_MESSAGE_BYTES = 64 * 1024
@@ -87,6 +89,8 @@ class Splitter:
         self.boundary = _BOUNDARIES.get(granularity)
         self.min_chars = min_chars
         self.buffer = ""
+        #: Characters of a sentence at most (room left for a carried label).
+        self.max_chars = MAX_SENTENCE_CHARS - (0 if label is None else MAX_LABEL_CHARS)
         #: A label that opens a line; the label in effect (its text as written).
         self.label = None if label is None else re.compile(rf"^\s*(?:{label})", re.I | re.M)
         self.speaker: str | None = None
@@ -99,7 +103,7 @@ class Splitter:
             if self.speaker is not None and self.label.match(sentence) is None:
                 sentence = f"{self.speaker} {sentence}"
             opened = list(self.label.finditer(sentence))
-            if opened:
+            if opened and len(opened[-1].group(0).strip()) < MAX_LABEL_CHARS:
                 self.speaker = opened[-1].group(0).strip()
             out.append(sentence)
         return out
@@ -123,24 +127,25 @@ class Splitter:
                 elif piece.strip():
                     carry = piece + " "
             self.buffer = carry + parts[-1]
-        while len(self.buffer) > MAX_SENTENCE_CHARS:  # no end in sight: cut at a space
-            at = self.buffer.rfind(" ", 0, MAX_SENTENCE_CHARS)
-            at = at if at > 0 else MAX_SENTENCE_CHARS
+        while len(self.buffer) > self.max_chars:  # no end in sight: cut at a space
+            at = self.buffer.rfind(" ", 0, self.max_chars)
+            at = at if at > 0 else self.max_chars
             out.append(self.buffer[:at].strip())
             self.buffer = self.buffer[at:].lstrip()
-        return self._labelled([piece for sentence in out for piece in _cut(sentence)])
+        pieces = [piece for sentence in out for piece in _cut(sentence, self.max_chars)]
+        return self._labelled(pieces)
 
     def flush(self) -> list[str]:
         rest, self.buffer = self.buffer.strip(), ""
-        return self._labelled(_cut(rest) if rest else [])
+        return self._labelled(_cut(rest, self.max_chars) if rest else [])
 
 
-def _cut(text: str) -> list[str]:
-    """Pieces of at most :data:`MAX_SENTENCE_CHARS`, cut at a space where there is one."""
+def _cut(text: str, limit: int = MAX_SENTENCE_CHARS) -> list[str]:
+    """Pieces of at most ``limit`` characters, cut at a space where there is one."""
     pieces = []
-    while len(text) > MAX_SENTENCE_CHARS:
-        at = text.rfind(" ", 0, MAX_SENTENCE_CHARS)
-        at = at if at > 0 else MAX_SENTENCE_CHARS
+    while len(text) > limit:
+        at = text.rfind(" ", 0, limit)
+        at = at if at > 0 else limit
         pieces.append(text[:at].strip())
         text = text[at:].lstrip()
     return [*pieces, text] if text else pieces
