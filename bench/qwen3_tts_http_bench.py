@@ -1,15 +1,21 @@
-"""Qwen3-TTS through a real ``omni serve``: first audio and real-time factor per concurrency.
-Long because issue 27's "done when" is one run: the checkpoints, the server, the HTTP and
-WebSocket clients, the in-process reference and the server-side profile.
+"""Speech models through a real ``omni serve``: first audio and real-time factor per concurrency
+(Qwen3-TTS, issue 27; VibeVoice, issue 30). Long because issue 27's "done when" is one run: the
+checkpoints, the server, the HTTP and WebSocket clients, the in-process reference and the
+server-side profile. The models (checkpoints, voices, frame fields) are
+``bench/speech_http_models.py``.
 
     bash bench/qwen3_tts_http.sh                        # on the GPU machine (installs wheels)
+    bash bench/vibevoice_http.sh                        # VibeVoice-1.5B, the same
     python3 bench/qwen3_tts_http_bench.py --tiny --concurrency 1,2 --frames 6 --rounds 2 \\
         --out /tmp/tiny-http.json                       # CPU smoke run
+    python3 bench/qwen3_tts_http_bench.py --tiny --models vibevoice-1.5b --concurrency 1,2 \\
+        --frames 6 --rounds 1 --out /tmp/tiny-vibevoice.json
 
 Per model (``qwen3-tts-1.7b-customvoice``, ``qwen3-tts-0.6b-customvoice``,
-``qwen3-tts-1.7b-base``) a checkpoint is written in the official layout with random weights at
-the real sizes (``bench/qwen3_tts_bench.py``'s sizes; Base adds the ECAPA speaker encoder) or
-reused from ``--checkpoint DIR``; then:
+``qwen3-tts-1.7b-base``, ``vibevoice-1.5b``, ``vibevoice-7b``) a checkpoint is written in the
+official layout with random weights at the real sizes (``bench/qwen3_tts_bench.py``'s sizes;
+Base adds the ECAPA speaker encoder; ``omni_vibevoice.bench.build_random_vibevoice``), or the
+tiny one (``--tiny``), or reused from ``--checkpoint DIR``; then:
 
 1. in-process: ``Omni(path)`` on an :class:`~omni_core.runtime.engine.Engine` configured as the
    server configures it (same warm-up), N streamed requests at once, submit -> first non-empty
@@ -20,9 +26,10 @@ reused from ``--checkpoint DIR``; then:
    audio``), request start -> first non-empty bytes, RTF = wall / seconds of the bytes received;
    ``--path websocket`` drives ``/v1/audio/speech/stream`` (one sentence per session) the same.
 
-Each request makes exactly ``--frames`` frames (``min_new_tokens`` holds the end token back:
-random weights never say when to stop). ``--profile-http 8`` adds a pass at those levels with
-the server's timings log (``--timings-log``): where the HTTP path's first audio goes.
+Each request makes exactly ``--frames`` frames (random weights never say when to stop: Qwen3-TTS
+holds its end token back with ``min_new_tokens``, the random VibeVoice speaks at every step).
+``--profile-http 8`` adds a pass at those levels with the server's timings log
+(``--timings-log``): where the HTTP path's first audio goes.
 """
 
 from __future__ import annotations
@@ -30,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import io
 import json
 import os
 import platform
@@ -41,131 +47,22 @@ import tempfile
 import threading
 import time
 import uuid
-import wave
 from pathlib import Path
 from typing import Any
 
-from qwen3_tts_bench import TEXT, _paths, _real_configs
+from qwen3_tts_bench import TEXT
+from speech_http_models import (
+    MODELS,
+    REFERENCE_TEXT,
+    UPLOADED,
+    checkpoint_for,
+    reference_wav,
+    voice_of,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Served id -> (talker size, kind).
-MODELS = {
-    "qwen3-tts-1.7b-customvoice": ("1.7b", "custom_voice"),
-    "qwen3-tts-0.6b-customvoice": ("0.6b", "custom_voice"),
-    "qwen3-tts-1.7b-base": ("1.7b", "base"),
-}
-#: The voice a CustomVoice request speaks in; Base clones the uploaded one.
-SPEAKER = "aiden"
-UPLOADED = "bench-voice"
-#: ECAPA-TDNN of the published Base checkpoints (enc_dim = the talker's width).
-SPEAKER_ENCODER = {
-    "mel_dim": 128,
-    "enc_channels": [512, 512, 512, 512, 1536],
-    "enc_kernel_sizes": [5, 3, 3, 3, 1],
-    "enc_dilations": [1, 2, 3, 4, 1],
-    "enc_attention_channels": 128,
-    "enc_res2net_scale": 8,
-    "enc_se_channels": 128,
-    "sample_rate": 24000,
-}
 #: Issue 27's targets: concurrency -> (first audio median s, rtf median).
 TARGETS = {1: (0.025, 0.10), 8: (0.050, 0.18), 32: (0.150, 0.35)}
-
-
-# -- checkpoints ------------------------------------------------------------------------------
-
-
-def _random_state(module: Any, prefix: str, dtype: Any, generator: Any, device: str) -> dict:
-    import torch
-
-    state = {}
-    for key, tensor in module.state_dict().items():
-        if not tensor.is_floating_point():
-            value = tensor.to("cpu")
-        elif any(s in key for s in ("norm", "scale", "usage", "gamma", "alpha", "beta")):
-            value = (
-                torch.ones(tensor.shape, dtype=dtype) if tensor.is_meta else tensor.to("cpu", dtype)
-            )
-        else:
-            value = (
-                torch.randn(tensor.shape, generator=generator, device=device, dtype=dtype)
-                .mul_(0.02)
-                .to("cpu")
-            )
-        state[prefix + key] = value.contiguous()
-    return state
-
-
-def build_checkpoint(folder: Path, size: str, kind: str, device: str) -> Path:
-    """Random weights at the real size in the official layout (what ``qwen3_tts_bench`` writes
-    for CustomVoice; Base: no named speakers, plus the speaker encoder)."""
-    import torch
-    from safetensors.torch import save_file
-
-    from omni_qwen.testing.qwen3_tts import GENERATION, write_tokenizer
-    from omni_qwen.tts.config import Qwen3TTSConfig, SpeechTokenizerConfig
-    from omni_qwen.tts.speaker import SpeakerEncoder
-    from omni_qwen.tts.speech_tokenizer import SpeechTokenizer, to_official_keys
-    from omni_qwen.tts.talker import Talker
-
-    if (folder / "config.json").exists():
-        return folder  # reused (--checkpoint)
-    (folder / "speech_tokenizer").mkdir(parents=True, exist_ok=True)
-    raw, raw_speech = _real_configs(size, write_tokenizer(folder))
-    if kind == "base":
-        raw["tts_model_type"] = "base"
-        raw["talker_config"].update(spk_id={}, spk_is_dialect={})
-        width = raw["talker_config"]["hidden_size"]
-        raw["speaker_encoder_config"] = {**SPEAKER_ENCODER, "enc_dim": width}
-    generator = torch.Generator(device).manual_seed(0)
-    config = Qwen3TTSConfig.from_dict(raw)
-    with torch.device("meta"):
-        talker = Talker(config.talker)
-    state = _random_state(talker, "talker.", torch.bfloat16, generator, device)
-    if kind == "base":
-        speaker = SpeakerEncoder(config.speaker_encoder)
-        state.update(_random_state(speaker, "speaker_encoder.", torch.bfloat16, generator, device))
-    save_file(state, str(folder / "model.safetensors"))
-    del state, talker
-    codec = SpeechTokenizer(SpeechTokenizerConfig.from_dict(raw_speech))
-    codec_state = to_official_keys(_random_state(codec, "", torch.float32, generator, device))
-    save_file(codec_state, str(folder / "speech_tokenizer" / "model.safetensors"))
-    del codec, codec_state
-    (folder / "config.json").write_text(json.dumps(raw, indent=2))
-    (folder / "generation_config.json").write_text(json.dumps(GENERATION, indent=2))
-    (folder / "speech_tokenizer" / "config.json").write_text(json.dumps(raw_speech, indent=2))
-    return folder
-
-
-def checkpoint_for(model: str, args: argparse.Namespace, root: Path, device: str) -> Path:
-    size, kind = MODELS[model]
-    folder = root / model
-    if args.tiny:
-        from omni_qwen.testing import build_tiny_qwen3_tts
-
-        label = "0b6" if size == "0.6b" else "1b7"
-        if not (folder / "config.json").exists():
-            build_tiny_qwen3_tts(folder, kind, label)
-        return folder
-    return build_checkpoint(folder, size, kind, device)
-
-
-def reference_wav(seconds: float = 3.0, rate: int = 24000) -> bytes:
-    """The voice Base clones: a steady two-tone "speaker" (random weights care for no more)."""
-    import numpy as np
-
-    t = np.arange(int(seconds * rate)) / rate
-    tone = 0.3 * np.sin(2 * np.pi * 180 * t) + 0.1 * np.sin(2 * np.pi * 530 * t)
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as handle:
-        handle.setnchannels(1)
-        handle.setsampwidth(2)
-        handle.setframerate(rate)
-        handle.writeframes((tone * 32767).astype("<i2").tobytes())
-    return buf.getvalue()
-
-
-REFERENCE_TEXT = "A steady tone that stands for the speaker."
 
 
 # -- statistics -------------------------------------------------------------------------------
@@ -210,14 +107,14 @@ def in_process(path: Path, model: str, args: argparse.Namespace, device: str) ->
     pipeline = omni.pipeline
     engine = Engine(pipeline, name=model, max_batch=args.max_batch, max_queue=args.max_queue)
     engine.start()
-    fields: dict[str, Any] = {"min_new_tokens": args.frames, "max_new_tokens": args.frames + 1}
-    if pipeline.clones_voices:
+    fields: dict[str, Any] = MODELS[model].frame_fields(args.frames)
+    if MODELS[model].voice is None:  # a model that clones: the voice the server uploads
         audio, rate = decode_reference(reference_wav())
         voice = ReferenceVoice(audio=audio, sample_rate=rate, transcript=REFERENCE_TEXT)
         prepared = pipeline.prepare_voice(voice)  # as an uploaded voice: prepared once
         fields["reference"] = ReferenceVoice(transcript=REFERENCE_TEXT, prepared=prepared)
     else:
-        fields["voice"] = SPEAKER
+        fields["voice"] = voice_of(model)
     try:
         if not args.no_warmup:
             engine.run(warmup_request(pipeline), timeout=3600)
@@ -358,7 +255,7 @@ def speech_fields(model: str, voice: str, frames: int) -> dict[str, Any]:
         "voice": voice,
         "response_format": "pcm",
         "stream_format": "audio",
-        "extra_body": {"min_new_tokens": frames, "max_new_tokens": frames + 1},
+        "extra_body": MODELS[model].frame_fields(frames),
     }
 
 
@@ -421,8 +318,7 @@ async def ws_request(url: str, key: str, fields: dict[str, Any], text: str) -> d
 
 async def drive(server: Server, model: str, path: str, n: int, frames: int) -> list[dict]:
     """N requests at once on one path; each request's figures."""
-    voice = UPLOADED if MODELS[model][1] == "base" else SPEAKER
-    fields = speech_fields(model, voice, frames)
+    fields = speech_fields(model, voice_of(model), frames)
     if path == "websocket":
         url = server.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
         jobs = [ws_request(url, server.api_key, fields, _text(i)) for i in range(n)]
@@ -506,7 +402,7 @@ def bench_model(model: str, args: argparse.Namespace, root: Path, workdir: Path)
     cuda = torch.cuda.is_available() and not args.cpu
     device = "cuda" if cuda else "cpu"
     t0 = time.perf_counter()
-    path = checkpoint_for(model, args, root, device)
+    path = checkpoint_for(model, args.tiny, root, device)
     print(f"{model}: checkpoint at {path} ({time.perf_counter() - t0:.1f} s)", flush=True)
     inside = {} if args.no_in_process else in_process(path, model, args, device)
     gc.collect()
@@ -516,7 +412,7 @@ def bench_model(model: str, args: argparse.Namespace, root: Path, workdir: Path)
     print(f"{model}: omni serve healthy after {server.ready_s:.1f} s", flush=True)
     rows = []
     try:
-        if MODELS[model][1] == "base":
+        if MODELS[model].voice is None:
             server.upload_voice()
         # the first request after start-up, alone: the issue wants it as fast as the rest
         first = asyncio.run(drive(server, model, "http", 1, args.frames))[0]
@@ -548,7 +444,7 @@ def bench_model(model: str, args: argparse.Namespace, root: Path, workdir: Path)
                     "rtf_p95": level["rtf_p95"],
                     "server_ready_s": server.ready_s,
                 }
-                target = TARGETS.get(n)
+                target = TARGETS.get(n) if MODELS[model].plugin == "omni-qwen" else None
                 if target is not None:
                     row["target"] = {"first_audio_s": target[0], "rtf": target[1]}
                     row["target_met"] = (
@@ -580,8 +476,8 @@ def versions() -> dict[str, Any]:
 
     out: dict[str, Any] = {"python": platform.python_version()}
     for name in (
-        "omni-core", "omni-qwen", "torch", "transformers", "fastapi", "uvicorn", "starlette",
-        "openai", "httpx", "websockets",
+        "omni-core", "omni-qwen", "omni-vibevoice", "torch", "diffusers", "transformers",
+        "fastapi", "uvicorn", "starlette", "openai", "httpx", "websockets",
     ):  # fmt: skip
         try:
             out[name] = version(name)
@@ -603,13 +499,17 @@ def _ints(text: str) -> list[int]:
 
 
 def main() -> int:
-    _paths()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated served ids")
     parser.add_argument("--tiny", action="store_true", help="tiny checkpoints (CPU smoke run)")
     parser.add_argument("--checkpoint", type=Path, help="folder of built checkpoints (reused)")
     parser.add_argument("--concurrency", default="1,8,32,64")
-    parser.add_argument("--frames", type=int, default=100, help="frames per request (80 ms each)")
+    parser.add_argument(
+        "--frames",
+        type=int,
+        default=100,
+        help="frames per request (Qwen3-TTS: 80 ms each; VibeVoice: 133 ms)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per level")
     parser.add_argument("--warmup-rounds", type=int, default=1, help="untimed rounds per level")
     parser.add_argument("--path", default="http", help="http, websocket (comma-separated)")

@@ -39,6 +39,11 @@ def acme_ar_tts() -> ModuleType:
 
 
 @pytest.fixture(scope="session")
+def acme_dialogue() -> ModuleType:
+    return plugin_module("acme_dialogue")
+
+
+@pytest.fixture(scope="session")
 def acme_warmup() -> ModuleType:
     return plugin_module("acme_warmup")
 

@@ -168,3 +168,18 @@ def test_cloning_from_a_reference_voice(omni) -> None:
     codes, _ = _reference(omni, TEXTS[0], prepared.tensors["speaker"])
     assert not np.array_equal(inline.audio, plain.audio)
     assert codes.shape[1] * 8 == len(inline.audio)
+
+
+def test_cli_speakers_for_a_one_voice_model_is_one_line_and_exit_2(omni, tmp_path) -> None:
+    """``omni generate speech --speaker`` is the request's ``speakers`` for any family: a model
+    that speaks one voice per request (``max_speakers`` 1, this plugin's) refuses it."""
+    from omni_core.testing import run_cli
+
+    target = tmp_path / "out.wav"
+    args = ["generate", "speech", TEXTS[0], "--model", str(omni.path), "--device", "cpu"]
+    result = run_cli(*args, "--speaker", "1=default", "-o", str(target), "-q")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        "Error: speakers: this model speaks one voice per request (give voice instead)"
+    ]
+    assert not target.exists()

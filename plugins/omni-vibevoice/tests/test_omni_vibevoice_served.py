@@ -203,3 +203,143 @@ def test_the_websocket_text_stream_speaks(url: str, reference: Any) -> None:
     assert [e["type"] for e in events] == ["audio.start", "audio.done", "session.done"], events
     audio = b"".join(r for r in received if isinstance(r, bytes))
     np.testing.assert_allclose(_pcm(audio), reference([(0, "Hello there.")], {}, 0), atol=LSB)
+
+
+async def _ws_session(url: str, config: dict[str, Any], pieces: list[str]) -> list[Any]:
+    """A text-stream session: the config, the pieces, input.done; every message received."""
+    import websockets
+
+    received: list[Any] = []
+    ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    async with websockets.connect(ws_url) as ws:
+        await ws.send(json.dumps({"type": "session.config", **config}))
+        for piece in pieces:
+            await ws.send(json.dumps({"type": "input.text", "text": piece}))
+        await ws.send(json.dumps({"type": "input.done"}))
+        try:
+            async for item in ws:
+                received.append(item if isinstance(item, bytes) else json.loads(item))
+        except websockets.ConnectionClosed:
+            pass
+    return received
+
+
+def _sentences(received: list[Any]) -> list[tuple[str, bytes]]:
+    """(sentence_text, its audio) per sentence of a session, in order."""
+    out: list[tuple[str, bytes]] = []
+    for item in received:
+        if isinstance(item, bytes):
+            out[-1] = (out[-1][0], out[-1][1] + item)
+        elif item["type"] == "audio.start":
+            out.append((item["sentence_text"], b""))
+        else:
+            assert item["type"] in ("audio.done", "session.done"), item
+            assert not item.get("error"), item
+    return out
+
+
+def test_a_two_speaker_script_streamed_as_text_equals_http_sentence_by_sentence(
+    url: str, client: Any
+) -> None:
+    """The text stream speaks each sentence as its line's speaker: a continuation sentence opens
+    with the line's label ("Speaker 1:"), so its audio is ``POST /v1/audio/speech`` of that
+    labelled sentence with the speakers it uses, not the default voice's."""
+    config = {"model": "vibevoice", "voice": "speaker_0", "response_format": "pcm", "seed": 0}
+    config["speakers"] = {"1": "speaker_3"}  # Speaker 2 keeps its own voice
+    pieces = ["Speaker 1: Hi! A longer sen", "tence, to speak.\nSpeaker 2: Hi! A longer ",
+              "sentence, to speak."]  # fmt: skip
+    spoken = _sentences(asyncio.run(_ws_session(url, config, pieces)))
+    assert [text for text, _ in spoken] == [
+        "Speaker 1: Hi!",
+        "Speaker 1: A longer sentence, to speak.",
+        "Speaker 2: Hi!",
+        "Speaker 2: A longer sentence, to speak.",
+    ]
+
+    def http(text: str, speakers: dict[str, str]) -> bytes:
+        extra = {"seed": 0, **({"speakers": speakers} if speakers else {})}
+        body = {"model": "vibevoice", "voice": "speaker_0", "input": text}
+        return client.audio.speech.create(**body, response_format="pcm", extra_body=extra).content
+
+    for text, audio in spoken:
+        assert audio, text
+        assert audio == http(text, {"1": "speaker_3"} if text.startswith("Speaker 1") else {})
+    # without the label the continuation would be the default voice's: different audio
+    unlabelled = http("A longer sentence, to speak.", {})
+    assert unlabelled != spoken[1][1] and unlabelled != spoken[3][1]
+    assert spoken[1][1] != spoken[3][1]  # speaker 3's voice is not speaker 2's
+
+
+def test_a_text_stream_session_checks_its_speakers_at_config(url: str) -> None:
+    config = {"model": "vibevoice", "voice": "speaker_0", "speakers": {"1": "nobody"}}
+    events = asyncio.run(_ws_session(url, config, ["Speaker 1: Hi!"]))
+    assert events[0]["type"] == "error" and events[0]["param"] == "speakers", events
+    assert "unknown voice 'nobody'" in events[0]["message"]
+    config["speakers"] = {"7": "speaker_1"}
+    events = asyncio.run(_ws_session(url, config, ["Speaker 1: Hi!"]))
+    assert events[0]["type"] == "error" and "not a speaker label" in events[0]["message"]
+
+
+def _read_wav(raw: bytes) -> tuple[np.ndarray, int]:
+    with wave.open(io.BytesIO(raw)) as handle:
+        frames = handle.readframes(handle.getnframes())
+        return np.frombuffer(frames, "<i2"), handle.getframerate()
+
+
+def test_omni_generate_speech_with_speakers_equals_http(
+    checkpoint: Path, client: Any, uploaded: str, tmp_path: Path
+) -> None:
+    """``--speaker LABEL=VOICE`` (a voice id, or an audio file to clone) is the body's
+    ``speakers``: the CLI's WAV holds the samples the server's WAV holds for the same request."""
+    from omni_core.testing import run_cli
+
+    voice_file = tmp_path / "alice.wav"  # the samples the uploaded voice holds
+    with wave.open(str(voice_file), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(24000)
+        out.writeframes((VOICE * 32768).astype("<i2").tobytes())
+    script = "Speaker 1: Hello there.\nSpeaker 2: Hi!"
+    target = tmp_path / "dialogue.wav"
+    args = ["generate", "speech", script, "--model", str(checkpoint), "--device", "cpu"]
+    args += ["--speaker", f"1={voice_file}", "--speaker", "2=speaker_3", "--seed", "0"]
+    result = run_cli(*args, "-o", str(target), "-q")
+    assert result.exit_code == 0, result.output
+    served = client.audio.speech.create(
+        model="vibevoice",
+        voice="speaker_0",
+        input=script,
+        response_format="wav",
+        extra_body={"seed": 0, "speakers": {"1": uploaded, "2": "speaker_3"}},
+    ).content
+    mine, rate = _read_wav(target.read_bytes())
+    theirs, served_rate = _read_wav(served)
+    assert rate == served_rate == 24000
+    assert mine.size > 0
+    np.testing.assert_array_equal(mine, theirs)
+
+
+@pytest.mark.parametrize(
+    ("speakers", "message"),
+    [
+        ([f"{i}=speaker_0" for i in range(5)], "speakers: 5 voices; this model speaks at most 4"),
+        (["1=nobody"], "unknown voice 'nobody'"),
+        (["1"], "expected LABEL=VOICE"),
+        (["9=speaker_0"], "'9' is not a speaker label"),
+    ],
+)
+def test_omni_generate_speech_refuses_bad_speakers_in_one_line(
+    checkpoint: Path, tmp_path: Path, speakers: list[str], message: str
+) -> None:
+    from omni_core.testing import run_cli
+
+    target = tmp_path / "out.wav"
+    args = ["generate", "speech", "Speaker 1: Hi!", "--model", str(checkpoint), "--device", "cpu"]
+    args += [a for s in speakers for a in ("--speaker", s)]
+    result = run_cli(*args, "-o", str(target), "-q")
+    assert result.exit_code == 2, result.output
+    # one error line, the last (before it: transformers' weight-loading bar; click's usage)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert result.stderr.strip().splitlines()[-1] == errors[0]
+    assert "Traceback" not in result.output and not target.exists()

@@ -94,6 +94,14 @@ def _load(model: str | None, device: str | None, dtype: str | None, quiet: bool)
     help="Clone the voice of this audio file (models that clone voices).",
 )
 @click.option("--ref-text", help="The transcript of --ref-audio.")
+@click.option(
+    "--speaker",
+    "speakers",
+    multiple=True,
+    metavar="LABEL=VOICE",
+    help="A multi-speaker script's speaker and its voice (repeatable): LABEL as the script "
+    "names it, VOICE a voice id or an audio file to clone (models that speak scripts).",
+)
 @click.option("--device", help="torch device (default: the platform's).")
 @click.option("--dtype", help="bfloat16, float16 or float32.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
@@ -112,6 +120,7 @@ def generate_speech(
     language: str | None,
     ref_audio: Path | None,
     ref_text: str | None,
+    speakers: tuple[str, ...],
     device: str | None,
     dtype: str | None,
     quiet: bool,
@@ -153,6 +162,8 @@ def generate_speech(
 
         samples, rate = decode_reference(ref_audio.read_bytes(), param="ref_audio")
         kwargs["reference"] = ReferenceVoice(audio=samples, sample_rate=rate, transcript=ref_text)
+    if speakers:
+        kwargs["speakers"] = _speakers(speakers)
 
     omni = _load(model, device, dtype, quiet)
     request = omni.request(text, **kwargs)  # voice, extras: checked before any compute
@@ -203,6 +214,28 @@ def generate_speech(
             f"{elapsed / max(seconds, 1e-9):.3f})",
             err=True,
         )
+
+
+def _speakers(given: tuple[str, ...]) -> dict[str, Any]:
+    """``--speaker LABEL=VOICE`` values -> the request's ``speakers`` (an existing file is a
+    voice to clone, anything else a voice id; the model checks labels and voices)."""
+    out: dict[str, Any] = {}
+    for item in given:
+        label, sep, voice = item.partition("=")
+        if not sep or not label.strip() or not voice.strip():
+            raise click.BadParameter(f"{item!r}: expected LABEL=VOICE", param_hint="--speaker")
+        if label.strip() in out:
+            raise click.BadParameter(f"{label.strip()!r} given twice", param_hint="--speaker")
+        path = Path(voice)
+        if path.is_file():
+            from omni_core.contract.types import ReferenceVoice
+            from omni_core.speech.voices import decode_reference
+
+            samples, rate = decode_reference(path.read_bytes(), param="speakers")
+            out[label.strip()] = ReferenceVoice(audio=samples, sample_rate=rate)
+        else:
+            out[label.strip()] = voice.strip()
+    return out
 
 
 def _check_mp3(fmt: str, rate: int | None) -> None:

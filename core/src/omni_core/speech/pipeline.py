@@ -174,6 +174,21 @@ class SpeechPipeline(StreamedPipeline[AudioChunk]):
     #: Speakers one request may give voices to (``GenerationRequest.speakers``, the body's
     #: ``speakers``): above 1 for a model that speaks a multi-speaker script in one request.
     max_speakers: ClassVar[int] = 1
+    #: A multi-speaker model's script label: a regular expression (matched case-insensitively
+    #: at the start of a line, after spaces) for the label that opens a line of its script
+    #: (VibeVoice's matches "Speaker 1:"). The WebSocket text stream speaks a
+    #: script a sentence at a time and opens each sentence without one with the label in
+    #: effect, so that it is spoken by the same speaker as over HTTP. None: no labels.
+    script_label: ClassVar[str | None] = None
+
+    def speakers_in(
+        self, text: str, speakers: Mapping[str, str | ReferenceVoice]
+    ) -> dict[str, str | ReferenceVoice]:
+        """The entries of ``speakers`` whose speakers have lines in ``text``, a piece of a longer
+        script (a sentence of the WebSocket text stream, which names its speakers once for the
+        whole session); a key that names no speaker of this model is an InvalidRequestError on
+        ``speakers``. Default: all of them (a model without script labels)."""
+        return dict(speakers)
 
     def speakable(self) -> str | None:
         """The characters this voice says, as a regular-expression character class (``"[a-z]"``),

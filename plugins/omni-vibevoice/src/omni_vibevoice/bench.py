@@ -1,7 +1,7 @@
 """VibeVoice checkpoints at the real sizes with random weights, for serving benchmarks.
 
-``bench/speech_serve_bench.py --build omni_vibevoice.bench:build_random_vibevoice`` writes one
-and measures it through a real ``omni serve`` (first audio, real-time factor). The folder is the
+``bench/vibevoice_http.sh`` (``bench/qwen3_tts_http_bench.py --models vibevoice-1.5b``) writes
+one and measures it through a real ``omni serve`` (first audio, real-time factor). The folder is the
 official layout (config, safetensors, generation config, processor and chat template); the
 language model, the diffusion head and both codecs have the real widths and depths of
 ``vibevoice/VibeVoice-1.5B-hf`` (or ``-7B-hf``), weights seeded random (bf16).
@@ -53,11 +53,16 @@ SPECIALS = (
 
 def real_config(tokenizer: Any, size: str = "1.5b") -> Any:
     """VibeVoice's config at a published size (transformers' defaults are the codecs' and the
-    diffusion head's real ones; the head's width is the language model's)."""
+    diffusion head's real ones; the head's width is the language model's); ``tiny``: the test
+    checkpoint's sizes, for a CPU smoke run of a benchmark."""
     from transformers import VibeVoiceConfig
 
+    if size == "tiny":
+        from omni_vibevoice.testing import tiny_config
+
+        return tiny_config(tokenizer)
     if size not in TEXT:
-        raise ValueError(f"size {size!r}: expected one of {', '.join(TEXT)}")
+        raise ValueError(f"size {size!r}: expected one of tiny, {', '.join(TEXT)}")
     text = TEXT[size]
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIALS}
     return VibeVoiceConfig(
@@ -88,7 +93,8 @@ def build_random_vibevoice(
     seed: int = 0,
 ) -> Path:
     """Write a real-size VibeVoice with seeded random weights to ``path`` (see the module
-    docstring: every step speaks; ``max_new_tokens`` frames per request, 75 = 10 s)."""
+    docstring: every step speaks; ``max_new_tokens`` frames per request, 75 = 10 s; ``size``
+    ``1.5b``, ``7b``, or ``tiny``: the test checkpoint's sizes)."""
     import torch
     from omni_core.bench import materialize_random_
     from transformers import VibeVoiceForConditionalGeneration

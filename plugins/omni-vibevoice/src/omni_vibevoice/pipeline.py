@@ -11,6 +11,7 @@ so it is the same alone or batched).
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from omni_core.speech import (
 )
 from pydantic import BaseModel, ConfigDict, Field
 
-from omni_vibevoice.script import SPEAKERS, Script, parse
+from omni_vibevoice.script import LABEL, SPEAKERS, Script, parse, speakers_in
 from omni_vibevoice.stages import VibeVoiceAudio, VibeVoiceDecoder, VibeVoiceDiffusion
 
 
@@ -79,6 +80,14 @@ class VibeVoicePipeline(AutoregressiveSpeechPipeline):
     clones_voices = True
     #: A script of "Speaker N:" lines, each speaker with a voice (``speakers``).
     max_speakers = len(SPEAKERS)
+    #: Its lines open with "Speaker N:" (the WebSocket text stream carries it to each sentence).
+    script_label = LABEL
+
+    def speakers_in(
+        self, text: str, speakers: Mapping[str, str | ReferenceVoice]
+    ) -> dict[str, str | ReferenceVoice]:
+        """The speakers of a piece of a script: those whose "Speaker N:" lines it has."""
+        return speakers_in(text, speakers)
 
     def warmup_fields(self) -> dict[str, Any]:
         """A seeded sentence long enough that even random test weights speak a few frames

@@ -18,6 +18,8 @@ from omni_core import InvalidRequestError
 
 #: VibeVoice speaks a script of up to four speakers ("Speaker 0:" .. "Speaker 3:").
 SPEAKERS = ("speaker_0", "speaker_1", "speaker_2", "speaker_3")
+#: The label that opens a line of a script ("Speaker N:"; ``SpeechPipeline.script_label``).
+LABEL = r"speaker\s*\d+\s*:"
 #: A line of a script: "Speaker N: what N says" (N: the speaker's number).
 _LINE = re.compile(r"^\s*speaker\s*(\d+)\s*:\s*(.*?)\s*$", re.IGNORECASE)
 #: Keys of ``speakers``: "N", "Speaker N" or "speaker_N".
@@ -67,6 +69,13 @@ def _label(key: str) -> int:
             param="speakers",
         )
     return int(match.group(1))
+
+
+def speakers_in(text: str, speakers: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``speakers`` whose labels have lines in ``text`` (a piece of a longer
+    script); a key that is no speaker label is an InvalidRequestError."""
+    labels = {int(m.group(1)) for m in map(_LINE.match, text.splitlines()) if m is not None}
+    return {key: value for key, value in speakers.items() if _label(key) in labels}
 
 
 def parse(

@@ -87,16 +87,25 @@ class SpeechCall:
 
 
 async def speech_call(
-    state: ServerState, data: dict[str, Any], request: Request | None, rid: str
+    state: ServerState,
+    data: dict[str, Any],
+    request: Request | None,
+    rid: str,
+    *,
+    piece: bool = False,
 ) -> SpeechCall:
     """``POST /v1/audio/speech``'s body -> the request to run (400 on any problem); also what
-    each sentence of the WebSocket text stream is (:mod:`.stream`, ``request`` None)."""
+    each sentence of the WebSocket text stream is (:mod:`.stream`, ``request`` None, ``piece``:
+    the text is a piece of a longer script, spoken with the ``speakers`` its lines use, all of
+    them checked)."""
     served = pick(state.models, compat.model_of(data), "speech")
     pipeline = served.pipeline
     assert isinstance(pipeline, SpeechPipeline)
     data = compat.translate("speech", data, request, pipeline)
     reference, uploaded = await voices.reference_for(state, served, data, _voice_of(data))
     speakers = await voices.speakers_for(state, served, data)
+    if piece and speakers:
+        speakers = voices.speakers_of_piece(pipeline, str(data.get("input", "")), speakers)
     body = validate(SpeechBody, data)
     # no format given: the server's (--speech-format, wav by default as in vLLM-Omni)
     fmt = body.response_format or state.config.speech_format

@@ -33,6 +33,7 @@ from omni_core.serving.guards import bearer_ok, websocket_refusal
 from omni_core.serving.http import check_text, submit_streaming
 from omni_core.serving.routes.speech.speech import speech_call
 from omni_core.serving.state import ServerState
+from omni_core.speech.pipeline import SpeechPipeline
 
 log = logging.getLogger("omni.serving")
 
@@ -41,6 +42,8 @@ PATH = "/v1/audio/speech/stream"
 MAX_BUFFER_CHARS = 100_000
 #: A sentence longer than this (the speech body's ``input`` limit) is cut at a space.
 MAX_SENTENCE_CHARS = 4096
+#: Room kept in a sentence for a carried speaker label (a longer label is not carried).
+MAX_LABEL_CHARS = 64
 #: Bytes of one ``input.text`` (or ``input.done``) message; ``session.config`` may carry a
 #: reference voice and gets the server's body limit.
 MAX_TEXT_MESSAGE_BYTES = 64 * 1024
@@ -67,9 +70,16 @@ class SessionError(Exception):
 
 class Splitter:
     """Sentences out of text that arrives in pieces: each boundary of ``granularity`` ends one
-    (a piece shorter than ``min_chars``, "Dr.", waits for the next); ``flush`` gives the rest."""
+    (a piece shorter than ``min_chars``, "Dr.", waits for the next); ``flush`` gives the rest.
 
-    def __init__(self, granularity: str = "sentence", min_chars: int = 2) -> None:
+    ``label`` is a multi-speaker model's script label (``SpeechPipeline.script_label``): a
+    sentence that opens without one is opened with the label in effect (the last one that
+    opened a line), so "Speaker 1: Hi. How are you?" is spoken as "Speaker 1: Hi." and
+    "Speaker 1: How are you?", each by speaker 1, as the whole script is over HTTP."""
+
+    def __init__(
+        self, granularity: str = "sentence", min_chars: int = 2, label: str | None = None
+    ) -> None:
         if granularity not in (*_BOUNDARIES, "none"):
             raise SessionError(
                 f"split_granularity: expected sentence, clause or none, got {granularity!r}",
@@ -79,6 +89,24 @@ class Splitter:
         self.boundary = _BOUNDARIES.get(granularity)
         self.min_chars = min_chars
         self.buffer = ""
+        #: Characters of a sentence at most (room left for a carried label).
+        self.max_chars = MAX_SENTENCE_CHARS - (0 if label is None else MAX_LABEL_CHARS)
+        #: A label that opens a line; the label in effect (its text as written).
+        self.label = None if label is None else re.compile(rf"^\s*(?:{label})", re.I | re.M)
+        self.speaker: str | None = None
+
+    def _labelled(self, sentences: list[str]) -> list[str]:
+        if self.label is None:
+            return sentences
+        out = []
+        for sentence in sentences:
+            if self.speaker is not None and self.label.match(sentence) is None:
+                sentence = f"{self.speaker} {sentence}"
+            opened = list(self.label.finditer(sentence))
+            if opened and len(opened[-1].group(0).strip()) < MAX_LABEL_CHARS:
+                self.speaker = opened[-1].group(0).strip()
+            out.append(sentence)
+        return out
 
     def feed(self, text: str) -> list[str]:
         self.buffer += text
@@ -99,24 +127,25 @@ class Splitter:
                 elif piece.strip():
                     carry = piece + " "
             self.buffer = carry + parts[-1]
-        while len(self.buffer) > MAX_SENTENCE_CHARS:  # no end in sight: cut at a space
-            at = self.buffer.rfind(" ", 0, MAX_SENTENCE_CHARS)
-            at = at if at > 0 else MAX_SENTENCE_CHARS
+        while len(self.buffer) > self.max_chars:  # no end in sight: cut at a space
+            at = self.buffer.rfind(" ", 0, self.max_chars)
+            at = at if at > 0 else self.max_chars
             out.append(self.buffer[:at].strip())
             self.buffer = self.buffer[at:].lstrip()
-        return [piece for sentence in out for piece in _cut(sentence)]
+        pieces = [piece for sentence in out for piece in _cut(sentence, self.max_chars)]
+        return self._labelled(pieces)
 
     def flush(self) -> list[str]:
         rest, self.buffer = self.buffer.strip(), ""
-        return _cut(rest) if rest else []
+        return self._labelled(_cut(rest, self.max_chars) if rest else [])
 
 
-def _cut(text: str) -> list[str]:
-    """Pieces of at most :data:`MAX_SENTENCE_CHARS`, cut at a space where there is one."""
+def _cut(text: str, limit: int = MAX_SENTENCE_CHARS) -> list[str]:
+    """Pieces of at most ``limit`` characters, cut at a space where there is one."""
     pieces = []
-    while len(text) > MAX_SENTENCE_CHARS:
-        at = text.rfind(" ", 0, MAX_SENTENCE_CHARS)
-        at = at if at > 0 else MAX_SENTENCE_CHARS
+    while len(text) > limit:
+        at = text.rfind(" ", 0, limit)
+        at = at if at > 0 else limit
         pieces.append(text[:at].strip())
         text = text[at:].lstrip()
     return [*pieces, text] if text else pieces
@@ -172,7 +201,8 @@ class Session:
             raise SessionError(
                 f"expected session.config first, got {data['type']!r}", "invalid_message", "type"
             )
-        self.splitter = Splitter(str(data.get("split_granularity", "sentence")))
+        granularity = str(data.get("split_granularity", "sentence"))
+        self.splitter = Splitter(granularity)
         self.config = {k: v for k, v in data.items() if k not in SESSION_FIELDS}
         if "input" in self.config:
             raise SessionError(
@@ -180,9 +210,13 @@ class Session:
             )
         self.config.setdefault("response_format", "pcm")
         try:  # the whole body is checked now, not at the first sentence
-            await speech_call(self.state, {**self.config, "input": "Hello."}, None, "check")
+            body = {**self.config, "input": "Hello."}
+            call = await speech_call(self.state, body, None, "check", piece=True)
         except APIError as exc:
             raise SessionError(exc.message, exc.code or "invalid_request", exc.param) from None
+        pipeline = call.served.pipeline
+        if isinstance(pipeline, SpeechPipeline) and pipeline.max_speakers > 1:
+            self.splitter = Splitter(granularity, label=pipeline.script_label)
 
     async def read(self) -> None:
         """Messages -> sentences on the queue (None after ``input.done``), then the socket is
@@ -222,7 +256,8 @@ class Session:
         rid = uuid.uuid4().hex
         total, failed = 0, False
         try:
-            call = await speech_call(self.state, {**self.config, "input": sentence}, None, rid)
+            body = {**self.config, "input": sentence}
+            call = await speech_call(self.state, body, None, rid, piece=True)
             job, queue, item = await submit_streaming(self.state, call.served, call.request)
         except APIError as exc:
             await self.send_error(f"sentence {index}: {exc.message}", exc.code or "", exc.param)

@@ -6,7 +6,8 @@ answers), and uploaded voices.
 ``consent`` required, optional ``model`` and ``language``) stores a reference voice and prepares
 it for every served model that clones voices; ``DELETE /v1/audio/voices/{name}`` removes it.
 :func:`reference_for` is what the speech route asks: the voice a request clones, if any;
-:func:`speakers_for` the voices of a multi-speaker request's speakers.
+:func:`speakers_for` the voices of a multi-speaker request's speakers, :func:`speakers_of_piece`
+those a piece of a longer script uses (a sentence of the WebSocket text stream).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 
 from omni_core.chat.pipeline import ChatPipeline
+from omni_core.contract.errors import InvalidRequestError
 from omni_core.contract.types import ReferenceVoice, Voice
 from omni_core.serving import media
 from omni_core.serving.errors import APIError, from_exception, invalid
 from omni_core.serving.http import form_fields, form_files, read_form, upload_bytes
 from omni_core.serving.models import ServedModel
 from omni_core.serving.state import ServerState
-from omni_core.speech.pipeline import SpeechPipeline
+from omni_core.speech.pipeline import SpeechPipeline, check_speakers
 from omni_core.speech.voices import check_name, decode_reference
 
 _CONSENT_FALSE = {"", "0", "false", "no", "off", "none"}
@@ -146,6 +148,23 @@ async def speakers_for(
         except Exception as exc:  # noqa: BLE001 - an InvalidRequestError becomes a 400
             raise from_exception(exc) from None
     return out
+
+
+def speakers_of_piece(
+    pipeline: SpeechPipeline, text: str, speakers: dict[str, str | ReferenceVoice]
+) -> dict[str, str | ReferenceVoice]:
+    """The voices of a piece of a longer script (a WebSocket sentence): every speaker checked
+    (count, voices, cloning: 400 on ``speakers``), then those the piece's lines use."""
+    try:
+        check_speakers(
+            speakers,
+            pipeline.voices(),
+            max_speakers=pipeline.max_speakers,
+            clones=pipeline.clones_voices,
+        )
+        return pipeline.speakers_in(text, speakers)
+    except InvalidRequestError as exc:
+        raise from_exception(exc) from None
 
 
 def add_routes(router: APIRouter, state: ServerState) -> None:
