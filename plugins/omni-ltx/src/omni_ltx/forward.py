@@ -87,7 +87,7 @@ def run_forward(
         "num_frames": shape.frames,
         "height": shape.height,
         "width": shape.width,
-        "fps": float(shape.fps),
+        "fps": shape.conditioning_fps,
         "audio_num_frames": shape.audio_frames,
         "isolate_modalities": forward.isolate,
         "spatio_temporal_guidance_blocks": list(forward.stg_blocks) or None,
