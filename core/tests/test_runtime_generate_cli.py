@@ -33,6 +33,7 @@ def test_runtime_generate_help_and_missing_speech_module() -> None:
     result = CliRunner().invoke(cli, ["generate", "--help"])
     assert result.exit_code == 0
     assert "video" in result.output and "image" in result.output and "speech" in result.output
+    assert "audio" in result.output
 
     @click.group(cls=GenerateGroup, lazy_commands={"speech": "no_such_module_xyz:cmd"})
     def group() -> None:
@@ -56,6 +57,28 @@ def test_runtime_generate_rejects_bad_output_suffix(tmp_path: object) -> None:
     assert result.exit_code == 2 and ".mp4" in result.output
     result = CliRunner().invoke(cli, ["generate", "image", "m", "p", "-o", "x.gif"])
     assert result.exit_code == 2 and ".png" in result.output
+    result = CliRunner().invoke(cli, ["generate", "audio", "m", "p", "-o", "x.ogg"])
+    assert result.exit_code == 2 and ".wav" in result.output
+
+
+@pytest.mark.parametrize(
+    ("kind", "suffix"), [("video", ".mp4"), ("image", ".png"), ("audio", ".wav")]
+)
+def test_a_folder_as_output_is_one_line_and_exit_2(kind: str, suffix: str, tmp_path) -> None:
+    """Every `omni generate` writes one file: a folder (existing, named like a file, or a path
+    ending in /) is refused before anything loads, naming a file to give instead."""
+    from omni_core.cli import cli
+
+    existing = tmp_path / "out"
+    existing.mkdir()
+    named_like_a_file = tmp_path / f"clip{suffix}"
+    named_like_a_file.mkdir()
+    for output in (f"{existing}/", str(existing), str(named_like_a_file), f"{tmp_path}/new/"):
+        result = CliRunner().invoke(cli, ["generate", kind, "m", "p", "-o", output])
+        assert result.exit_code == 2, result.output
+        message = result.output.strip().splitlines()[-1]
+        assert "is a folder; name a file in it" in message and f"out{suffix}" in message
+    assert not (tmp_path / "new").exists() and not any(existing.iterdir())
 
 
 @pytest.mark.parametrize("size", ["0x0", "0x64", "64x9000"])

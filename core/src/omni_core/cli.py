@@ -69,7 +69,7 @@ COMMAND_HELP: dict[str, str] = {
     "list-plugins": "List installed plugins and what each provides.",
     "doctor": "Show the platform, devices, versions and what is usable here.",
     "new-plugin": "Create a pip-installable plugin package skeleton.",
-    "generate": "Generate an image, a video, speech or a chat answer.",
+    "generate": "Generate an image, a video, audio, speech or a chat answer.",
     "voices": "List the voices of installed speech pipelines.",
     "serve": "Serve models over an OpenAI-compatible HTTP API.",
     "bench": "Benchmark pipelines or a running server.",

@@ -33,11 +33,14 @@ CASES = [
     ({"guidance_scale": 4.0, "negative_prompt": "blurry"}, {"guidance_rescale": 0.0}),
     ({"guidance_scale": 1.0}, UNGUIDED),
     ({"height": 32, "width": 64, "num_frames": 9}, {"fps": 12, "audio_guidance_scale": 3.0}),
+    ({"num_frames": 9}, {"fps": 12, "motion_speed": 0.5}),  # positions at 24 fps, played at 12
 ]
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "extras"), CASES, ids=["defaults", "cfg-negative", "unguided", "64x32x9-12fps"]
+    ("kwargs", "extras"),
+    CASES,
+    ids=["defaults", "cfg-negative", "unguided", "64x32x9-12fps", "12fps-slow-motion"],
 )
 def test_text_to_video_and_sound_match_diffusers(
     kwargs, extras, ltx_model, ltx_reference, reference, worst_difference, worst_audio
@@ -64,6 +67,25 @@ def test_prompt_guidance_and_rate_change_the_output(ltx_model) -> None:
         assert np.abs(base.video.astype(int) - other.video.astype(int)).max() > 10
         assert np.abs(base.audio - other.audio).max() > 1e-3
     assert len(run(fps=12).audio) > len(base.audio)  # the same frames last twice as long
+
+
+def test_the_frame_rate_conditions_the_model(ltx_model) -> None:
+    """``fps`` is more than the MP4's rate: the transformer gets ``fps / motion_speed`` (the
+    rotary positions are in seconds), so at one playback rate and one sound length, another
+    conditioning rate is another video."""
+    seen: list[float] = []
+    transformer = ltx_model.pipeline.transformer
+    hook = transformer.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs["fps"]), with_kwargs=True
+    )
+    try:
+        twelve = ltx_model.generate(PROMPT, seed=3, extras={"fps": 12}, **SMALL)
+        slow = ltx_model.generate(PROMPT, seed=3, extras={"fps": 12, "motion_speed": 0.5}, **SMALL)
+    finally:
+        hook.remove()
+    assert set(seen) == {12.0, 24.0}
+    assert slow.fps == twelve.fps == 12 and slow.audio.shape == twelve.audio.shape
+    assert np.abs(slow.video.astype(int) - twelve.video.astype(int)).max() > 10
 
 
 def test_batched_equals_alone_in_one_forward_per_pass(
@@ -126,6 +148,7 @@ def test_defaults_are_diffusers(ltx_model) -> None:
         ({"num_frames": 6}, "num_frames", "2k\\+1"),
         ({"images": [b"not read"]}, "images", "takes no input image"),
         ({"extras": {"fps": 0}}, "fps", "greater than or equal to 1"),
+        ({"extras": {"motion_speed": 0}}, "motion_speed", "greater than 0"),
         ({"extras": {"true_cfg_scale": 2.0}}, "true_cfg_scale", "Extra inputs"),
         ({"num_outputs": 2}, "n", "one video per request"),
         ({"num_inference_steps": 1}, "num_inference_steps", "at least 2 steps"),

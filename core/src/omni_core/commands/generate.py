@@ -1,10 +1,10 @@
-"""`omni generate video|image|speech|chat`: one generation from the command line.
+"""`omni generate video|image|audio|speech|chat`: one generation from the command line.
 
 Everything that can be checked is checked before weights load (options, sizes, frame counts,
 images, extras, through the pipeline's :meth:`~omni_core.contract.pipeline.Pipeline.precheck`),
-so a typo costs a second, not a model load; such errors exit with code 2. ``speech`` lives in
-:mod:`omni_core.commands.speech` and ``chat`` in :mod:`omni_core.commands.chat`, each imported
-only when used.
+so a typo costs a second, not a model load; such errors exit with code 2. ``audio`` lives in
+:mod:`omni_core.commands.generate_audio`, ``speech`` in :mod:`omni_core.commands.speech` and
+``chat`` in :mod:`omni_core.commands.chat`, each imported only when used.
 """
 
 from __future__ import annotations
@@ -22,16 +22,19 @@ from omni_core.commands.options import (
     acceleration_kwargs,
     acceleration_options,
     check_load_options,
+    output_file,
     parse_extras,
     with_article,
 )
 from omni_core.contract.errors import InvalidRequestError, OmniError
 
 SUBCOMMANDS = {
+    "audio": "omni_core.commands.generate_audio:generate_audio",
     "speech": "omni_core.commands.speech:generate_speech",
     "chat": "omni_core.commands.chat:generate_chat",
 }
 SUBCOMMAND_HELP = {
+    "audio": "Generate sound or music from a prompt with a text-to-audio model (WAV/FLAC/MP3).",
     "speech": "Speak text with a speech model (writes WAV/MP3/FLAC).",
     "chat": "Answer a prompt with a chat model (text; speech from omni models).",
 }
@@ -71,7 +74,7 @@ def _unavailable(name: str, exc: Exception) -> click.Command:
 
 @click.group(cls=GenerateGroup, lazy_commands=SUBCOMMANDS)
 def generate() -> None:
-    """Generate an image, a video, speech or a chat answer with an installed pipeline."""
+    """Generate an image, a video, audio, speech or a chat answer with an installed pipeline."""
 
 
 def _common_options(func: Any) -> Any:
@@ -126,10 +129,10 @@ def _common_options(func: Any) -> Any:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path),
-    default=Path("out.mp4"),
+    default="out.mp4",
     show_default=True,
-    help="MP4 file (or a folder ending in / for PNG frames).",
+    callback=output_file("video", (".mp4",)),
+    help="MP4 file (with the sound track where the model makes one).",
 )
 @click.option("--frames", "num_frames", type=click.IntRange(1, 1024), help="Frames (4k+1).")
 @click.option("--fps", type=click.IntRange(1, 120), help="MP4 frame rate.")
@@ -138,8 +141,6 @@ def generate_video(
     model: str, prompt: str, output: Path, num_frames: int | None, fps: int | None, **options: Any
 ) -> None:
     """Generate a video from PROMPT with MODEL (a folder or a Hub id)."""
-    if output.suffix.lower() not in (".mp4",) and not str(output).endswith("/"):
-        raise click.BadParameter("the video output must end in .mp4", param_hint="--output")
     result, elapsed = _run("video", model, prompt, num_frames=num_frames, **options)
     if result.video is None:
         raise click.ClickException("the pipeline returned no video")
@@ -163,19 +164,15 @@ def generate_video(
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("out.png"),
+    default="out.png",
     show_default=True,
+    callback=output_file("image", (".png", ".jpg", ".jpeg", ".webp")),
     help="Image file (.png, .jpg, .webp); several outputs get -1, -2, ... suffixes.",
 )
 @click.option("-n", "num_outputs", type=click.IntRange(1, 16), default=1, help="Images.")
 @_common_options
 def generate_image(model: str, prompt: str, output: Path, num_outputs: int, **options: Any) -> None:
     """Generate an image from PROMPT with MODEL (a folder or a Hub id)."""
-    if output.suffix.lower() not in (".png", ".jpg", ".jpeg", ".webp"):
-        raise click.BadParameter(
-            "the image output must end in .png, .jpg or .webp", param_hint="--output"
-        )
     result, elapsed = _run("image", model, prompt, num_outputs=num_outputs, **options)
     from omni_core.media.visual import save_image
 
@@ -255,7 +252,10 @@ def _run(
     num_frames: int | None = None,
     num_outputs: int = 1,
     memory_kwargs: dict[str, Any] | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> tuple[Any, float]:
+    """Check, load, generate: one request of modality ``kind``; ``fields`` are more shared
+    request fields (e.g. an audio clip's ``duration_s``)."""
     import time
 
     from omni_core.api import locate_model
@@ -276,7 +276,7 @@ def _run(
     lora = memory.get("lora") or {}
     names = [a["name"] for a in lora.get("adapters", ()) if a["name"] != lora.get("fuse")]
     defaults = fused_defaults(lora)
-    fields: dict[str, Any] = {
+    shared: dict[str, Any] = {
         "lora": names,
         "prompt": prompt,
         "negative_prompt": negative_prompt,
@@ -288,8 +288,9 @@ def _run(
         "seed": seed,
         "num_outputs": num_outputs,
         "images": _load_images(images),
+        **(fields or {}),
     }
-    request = make_request(fields, extras=parse_extras(extras), extras_at="--extra")
+    request = make_request(shared, extras=parse_extras(extras), extras_at="--extra")
 
     # Before any weights: find the pipeline and let it check the request against the configs.
     location = locate_model(model, pipeline)

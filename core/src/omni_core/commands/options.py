@@ -4,6 +4,8 @@ lists, and the loading options checked before any weights load (exit code 2 on a
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -157,6 +159,27 @@ def key_values(items: tuple[str, ...], hint: str) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[key] = raw
     return out
+
+
+def output_file(what: str, suffixes: tuple[str, ...]) -> Callable[..., Path]:
+    """A click callback for ``-o``: a file whose suffix is one of ``suffixes``.
+
+    A folder (one that exists, or a path ending in a separator) is refused in one line that
+    names a file to give instead: every ``omni generate`` command writes one file.
+    """
+    names = ", ".join(suffixes[:-1]) + (" or " if len(suffixes) > 1 else "") + suffixes[-1]
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | Path) -> Path:
+        text = str(value)
+        path = Path(text)
+        if text.endswith(("/", "\\")) or path.is_dir():
+            example = path / f"out{suffixes[0]}"
+            raise click.BadParameter(f"{text!r} is a folder; name a file in it, e.g. {example}")
+        if path.suffix.lower() not in suffixes:
+            raise click.BadParameter(f"the {what} output must end in {names}")
+        return path
+
+    return check
 
 
 def with_article(noun: str) -> str:

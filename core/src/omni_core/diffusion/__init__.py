@@ -6,7 +6,8 @@ routes its attention through the core's dispatcher (:func:`route_attention`) and
 about its denoiser class with a :class:`DenoiserAdapter` (repeated blocks, cache calibration,
 :class:`SequencePlan`). Acceleration (:func:`apply_acceleration`: compile, quantization, step
 caches), parallelism (:func:`parallelize_denoiser`), LoRA (:class:`AdapterSet`), offload and
-VAE tiling work on any such pipeline. Inside: ``generic`` (any diffusers pipeline),
+VAE tiling work on any such pipeline; :func:`psnr` / :func:`ssim` measure what a lossy speed-up
+costs. Inside: ``generic`` (any diffusers pipeline),
 ``acceleration/``, ``distributed/``.
 """
 
@@ -30,6 +31,7 @@ _face = Face(
         "omni_core.diffusion.acceleration.lora": ("AdapterSet",),
         "omni_core.diffusion.acceleration.offload": ("apply_offload", "load_device"),
         "omni_core.diffusion.acceleration.vae_tiling": ("VaeMemory", "activation_bytes"),
+        "omni_core.diffusion.acceleration.quality": ("psnr", "ssim"),
         "omni_core.diffusion.distributed.parallelize": ("parallelize_denoiser",),
         "omni_core.diffusion.distributed.cfg": ("cfg_parallel_forward",),
         "omni_core.diffusion.distributed.groups": ("current_parallel_state",),

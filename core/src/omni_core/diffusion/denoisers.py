@@ -73,7 +73,12 @@ class DenoiserAdapter:
     magnitude ratios. ``fuse_qkv`` says whether the class's attention processors honour
     ``fuse_projections`` exactly. ``sequence_plan`` enables Ulysses for the class.
     ``cache_dit_pattern`` names the ``cache_dit.ForwardPattern`` of one block (how it takes and
-    returns hidden and text states), for the optional DBCache backend.
+    returns hidden and text states), for the optional DBCache backend. ``block_streams`` is for
+    blocks that return several streams diffusers has no metadata for (LTX-2's video and audio):
+    the forward arguments a block returns updated, in the order of its output tuple; the
+    residual caches (first-block, TeaCache) then store and replay a residual per stream, and
+    first-block measures the first. Empty: diffusers' block metadata (hidden states, plus the
+    encoder hidden states of joint blocks).
     """
 
     architecture: str
@@ -86,6 +91,7 @@ class DenoiserAdapter:
     mag_source: str = ""
     sequence_plan: SequencePlan | None = None
     cache_dit_pattern: str = "Pattern_2"
+    block_streams: tuple[str, ...] = ()
     notes: str = ""
 
 

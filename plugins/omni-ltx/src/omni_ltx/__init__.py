@@ -1,3 +1,3 @@
 """omni-ltx: LTX-2 text- and image-to-video with its audio track on omni's staged runtime."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,9 +1,12 @@
 """What omni's acceleration must know about diffusers' ``LTX2VideoTransformer3DModel``.
 
 Its repeated blocks are the ``transformer_blocks`` (video and audio streams side by side, with
-their cross-attention): the scope of regional compile and of fp8 quantization. Each block
-returns two streams, which omni's step caches do not handle yet, so the pipeline refuses the
-caches; it declares no Ulysses plan (the audio stream's length would have to be split too).
+their cross-attention): the scope of regional compile, of fp8 quantization and of the step
+caches. Each block returns ``(hidden_states, audio_hidden_states)``, declared as its
+``block_streams`` so first-block and TeaCache replay a residual for each (first-block measures
+the video stream; TeaCache reads the video timestep modulation ``temb``, with the uncalibrated
+identity polynomial). It declares no Ulysses plan (the audio stream's length would have to be
+split too).
 
 Imported only when an LTX-2 transformer is accelerated.
 """
@@ -21,5 +24,7 @@ def ltx2_adapter(module: Any) -> DenoiserAdapter:
         architecture="LTX2VideoTransformer3DModel",
         blocks=("transformer_blocks",),
         fuse_qkv=False,
-        notes="two-stream blocks: no step cache and no sequence plan yet",
+        block_streams=("hidden_states", "audio_hidden_states"),
+        teacache_indicator="temb",
+        notes="two-stream blocks (video, audio): no sequence plan yet; TeaCache uncalibrated",
     )

@@ -24,6 +24,14 @@ class LTXExtras(BaseModel):
         "sound's length) and the MP4 plays at; with OpenAI's seconds it also sets the frame "
         "count.",
     )
+    motion_speed: float = Field(
+        1.0,
+        gt=0,
+        le=10,
+        description="Speed of the motion relative to real time (diffusers' motion_speed): the "
+        "positions are conditioned on fps / motion_speed, so 0.2 is 5x slow motion; fps stays "
+        "the playback rate and sets the sound's length.",
+    )
     audio_guidance_scale: float = Field(
         7.0, ge=0, le=30, description="CFG scale of the audio track (0: the video's)."
     )

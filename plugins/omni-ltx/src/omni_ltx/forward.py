@@ -3,11 +3,15 @@ own steps, each with its prompt, as one call of diffusers' ``LTX2VideoTransforme
 
 A forward is the main pass (conditional and unconditional rows), the spatio-temporal pass
 (perturbed STG blocks) or the modality-isolation pass (no audio-video cross-attention): those
-switches hold for a whole call, so each is a forward of its own.
+switches hold for a whole call, so each is a forward of its own. Each transformer call runs in
+the step cache's context that ``context(rows)`` gives (a no-op without a cache).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +29,8 @@ class Row:
     setup: Setup
     step: int
     prompt: Prompt
+    request_id: str = ""
+    which: str = "cond"  # cond, uncond, perturbed or isolated
 
 
 @dataclass
@@ -35,9 +41,26 @@ class Forward:
     stg_blocks: tuple[int, ...] = field(default=())
     isolate: bool = False
 
+    @property
+    def branch(self) -> str:
+        """Which pass this is (part of the step cache's context name)."""
+        if self.isolate:
+            return "isolated"
+        if self.stg_blocks:
+            return "stg-" + "-".join(str(b) for b in self.stg_blocks)
+        return "main"
+
+
+def _no_context(rows: list[Row]) -> AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
 
 def run_forward(
-    transformer: Any, forward: Forward, shape: Setup, batch_rows: bool
+    transformer: Any,
+    forward: Forward,
+    shape: Setup,
+    batch_rows: bool,
+    context: Callable[[list[Row]], AbstractContextManager[None]] = _no_context,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(video, audio) velocity predictions in float32, one row per :class:`Row`."""
     dtype = transformer.dtype
@@ -64,7 +87,7 @@ def run_forward(
         "num_frames": shape.frames,
         "height": shape.height,
         "width": shape.width,
-        "fps": float(shape.fps),
+        "fps": shape.conditioning_fps,
         "audio_num_frames": shape.audio_frames,
         "isolate_modalities": forward.isolate,
         "spatio_temporal_guidance_blocks": list(forward.stg_blocks) or None,
@@ -73,12 +96,13 @@ def run_forward(
         "return_dict": False,
     }
     if batch_rows or len(rows) == 1:
-        video, audio = transformer(**inputs, **fixed)
+        with context(rows):
+            video, audio = transformer(**inputs, **fixed)
     else:  # a forward per row: low-precision kernels need not be batch-invariant
-        outs = [
-            transformer(**{k: v[i : i + 1] for k, v in inputs.items()}, **fixed)
-            for i in range(len(rows))
-        ]
+        outs = []
+        for i in range(len(rows)):
+            with context(rows[i : i + 1]):
+                outs.append(transformer(**{k: v[i : i + 1] for k, v in inputs.items()}, **fixed))
         video = torch.cat([o[0] for o in outs])
         audio = torch.cat([o[1] for o in outs])
     return video.float(), audio.float()

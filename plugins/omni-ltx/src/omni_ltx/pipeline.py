@@ -20,16 +20,19 @@ STG blocks (LTX-2.0) is an identity, which omni skips rather than computing.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import random
 import time
 from collections.abc import Hashable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
-from omni_core import ConfigError, GenerationRequest, GenerationResult, PipelineOptions
+from omni_core import GenerationRequest, GenerationResult, PipelineOptions
 from omni_core.diffusion import (
     AdapterSet,
     DenoiseState,
@@ -38,6 +41,7 @@ from omni_core.diffusion import (
     activation_bytes,
     apply_acceleration,
     apply_offload,
+    cache_key,
     parallelize_denoiser,
     route_attention,
 )
@@ -121,12 +125,6 @@ class LTXPipeline(StagedPipeline):
 
     @classmethod
     def from_pretrained(cls, path: Path, options: PipelineOptions) -> LTXPipeline:
-        if options.cache.backend:
-            raise ConfigError(
-                f"cache.backend: {options.cache.backend!r} is not available for LTX-2 (its "
-                "blocks carry a video and an audio stream, which omni's step caches do not "
-                "handle yet); run without a step cache"
-            )
         layout = LTXLayout.read(path)
         components = load_components(path, options)
         transformer = {"transformer": components["transformer"]}
@@ -231,8 +229,10 @@ class LTXPipeline(StagedPipeline):
             for i, which in rows:
                 s = group[i]
                 prompt = s.negative if which == "uncond" else s.prompt
-                forward.rows.append(Row(s.setup, s.step_index, prompt))  # type: ignore[arg-type]
-            video, audio = run_forward(self.transformer, forward, setup, self.batch_rows)
+                row = Row(s.setup, s.step_index, prompt, s.request.request_id, which)  # type: ignore[arg-type]
+                forward.rows.append(row)
+            context = functools.partial(self._cache_context, forward)
+            video, audio = run_forward(self.transformer, forward, setup, self.batch_rows, context)
             for r, (i, which) in enumerate(rows):
                 setattr(videos[i], which, video[r : r + 1])
                 setattr(audios[i], which, audio[r : r + 1])
@@ -268,6 +268,8 @@ class LTXPipeline(StagedPipeline):
         }
         if self.accel is not None:
             info["acceleration"] = self.accel.as_dict()
+            if self.accel.caches:
+                info["step_cache"] = self.accel.finish_request(request.request_id)
         return GenerationResult(
             images=images,
             video=array,
@@ -279,6 +281,17 @@ class LTXPipeline(StagedPipeline):
         )
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _cache_context(self, forward: Forward, rows: list[Row]) -> AbstractContextManager[None]:
+        """The step cache's context of one transformer call: its requests, pass and rows (a
+        batch of another make-up, or another pass, never shares cached residuals)."""
+        if self.accel is None or not self.accel.caches:
+            return contextlib.nullcontext()
+        ids = dict.fromkeys(r.request_id for r in rows)
+        rows_key = "+".join(dict.fromkeys(r.which for r in rows))
+        return self.accel.cache_context(
+            "transformer", cache_key(ids, f"{forward.branch}-{rows_key}")
+        )
 
     def _perturbable(self, blocks: list[int]) -> bool:
         """Whether STG changes anything: some STG block exists and has perturbable attention."""

@@ -19,10 +19,12 @@ OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
 _IMPL = "omni_ltx.pipeline:LTXPipeline"
 _EXTRAS = "omni_ltx.extras:LTXExtras"
-# Step batching and CFG-parallel (the batched [cond; uncond] rows split over two ranks); fp8
-# linears and compile come through the denoiser spec. No step cache (two-stream blocks) and no
-# Ulysses plan yet.
-_CAPS = PipelineCapabilities(step_batching=True, cfg_parallel=True)
+# Step batching, CFG-parallel (the batched [cond; uncond] rows split over two ranks) and the
+# residual step caches that replay both of a block's streams (its adapter declares them); fp8
+# linears and compile come through the denoiser spec. No Ulysses plan yet.
+_CAPS = PipelineCapabilities(
+    step_batching=True, cfg_parallel=True, cache_backends=("first-block", "teacache")
+)
 
 
 @hookimpl
@@ -60,7 +62,7 @@ def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
             architectures=("LTX2VideoTransformer3DModel",),
             implementation="omni_ltx.denoiser:ltx2_adapter",
             description="diffusers' LTX2VideoTransformer3DModel: its audio-video blocks "
-            "(compile and quantization scope).",
+            "(compile and quantization scope; both streams for the step caches).",
         )
     )
 

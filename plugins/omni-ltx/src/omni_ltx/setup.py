@@ -1,6 +1,7 @@
 """One request's noise, conditioning, positions and schedule, made as diffusers makes them
 (``prepare_latents``, ``prepare_audio_latents``, ``retrieve_timesteps`` with the dynamic
-shift, the rope coordinates; for image to video the encoded first frame and its mask)."""
+shift, the rope coordinates at the conditioning frame rate ``fps / motion_speed``; for image
+to video the encoded first frame and its mask)."""
 
 from __future__ import annotations
 
@@ -32,12 +33,20 @@ class Setup:
     width: int
     audio_frames: int
     mel_bins: int
-    fps: int
+    fps: int  # the playback rate (and the sound's length)
+    conditioning_fps: float  # what the positions and the transformer see: fps / motion_speed
     generator: torch.Generator  # diffusers draws the decode noise from it last
 
     @property
-    def shape_key(self) -> tuple[int, ...]:
-        return (self.frames, self.height, self.width, self.audio_frames, self.fps)
+    def shape_key(self) -> tuple[float, ...]:
+        return (
+            self.frames,
+            self.height,
+            self.width,
+            self.audio_frames,
+            self.fps,
+            self.conditioning_fps,
+        )
 
 
 def prepare_setup(
@@ -63,6 +72,7 @@ def prepare_setup(
         latents = Reference._pack_latents(noise, p, pt)
     audio_vae = pipe.audio_vae.config
     rate = float(extras.fps)
+    conditioning = rate / float(extras.motion_speed)  # diffusers' conditioning_frame_rate
     per_second = (
         audio_vae.sample_rate
         / audio_vae.mel_hop_length
@@ -81,7 +91,7 @@ def prepare_setup(
         audio_latents=audio,
         mask=mask,
         video_coords=pipe.transformer.rope.prepare_video_coords(
-            1, frames, height, width, latents.device, fps=rate
+            1, frames, height, width, latents.device, fps=conditioning
         ),
         audio_coords=pipe.transformer.audio_rope.prepare_audio_coords(1, audio_frames, device),
         timesteps=timesteps,
@@ -92,6 +102,7 @@ def prepare_setup(
         audio_frames=audio_frames,
         mel_bins=mel_bins,
         fps=int(extras.fps),
+        conditioning_fps=conditioning,
         generator=generator,
     )
 

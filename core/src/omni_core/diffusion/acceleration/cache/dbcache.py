@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from omni_core.contract.errors import ConfigError
 from omni_core.contract.registry import Availability
 from omni_core.diffusion.acceleration.cache.base import CacheBackend, CacheHandle
+from omni_core.diffusion.acceleration.cache.streams import refuse_declared_streams
 from omni_core.diffusion.denoisers import block_list
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -78,6 +79,7 @@ class DBCache(CacheBackend):
     name = "dbcache"
 
     def apply(self, module: Any, config: CacheConfig, adapter: DenoiserAdapter) -> CacheHandle:
+        refuse_declared_streams(adapter, self.name)
         availability = dbcache_available()
         if not availability.available:
             raise ConfigError(f"cache 'dbcache' cannot run here: {availability.reason}")

@@ -21,6 +21,7 @@ from omni_core.diffusion.acceleration.cache.base import (
     head_state,
     option,
 )
+from omni_core.diffusion.acceleration.cache.streams import refuse_declared_streams
 from omni_core.diffusion.denoisers import block_list
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,4 +89,5 @@ class MagCache(CacheBackend):
     options = OPTIONS
 
     def apply(self, module: Any, config: CacheConfig, adapter: DenoiserAdapter) -> CacheHandle:
+        refuse_declared_streams(adapter, self.name)
         return apply_magcache(module, magcache_config(config, adapter), adapter)

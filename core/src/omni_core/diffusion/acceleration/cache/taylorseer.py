@@ -20,6 +20,7 @@ from omni_core.diffusion.acceleration.cache.base import (
     finish_apply,
     option,
 )
+from omni_core.diffusion.acceleration.cache.streams import refuse_declared_streams
 from omni_core.diffusion.denoisers import block_list
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,4 +94,5 @@ class TaylorSeerCache(CacheBackend):
     options = OPTIONS
 
     def apply(self, module: Any, config: CacheConfig, adapter: DenoiserAdapter) -> CacheHandle:
+        refuse_declared_streams(adapter, self.name)
         return apply_taylorseer(module, taylorseer_config(config, module, adapter), adapter)

@@ -2,10 +2,11 @@
 
 Before block 0 runs, the relative L1 change of the adapter's indicator (the timestep modulation)
 since the last computed step is mapped through the adapter's polynomial and accumulated; while
-the sum stays below ``threshold`` every block is skipped and the whole stack's last residual is
-reused. The indicator and the polynomial are model knowledge: the denoiser's model plugin
-registers them in its :class:`~omni_core.diffusion.denoisers.DenoiserAdapter`
-(``teacache_indicator``, ``teacache_coefficients``, ``teacache_source``).
+the sum stays below ``threshold`` every block is skipped and the whole stack's last residuals
+are reused (one per stream of the blocks, see :mod:`.streams`). The indicator and the
+polynomial are model knowledge: the denoiser's model plugin registers them in its
+:class:`~omni_core.diffusion.denoisers.DenoiserAdapter` (``teacache_indicator``,
+``teacache_coefficients``, ``teacache_source``).
 
 Options: ``threshold`` (0.2), ``warmup_steps`` (1, always computed), ``coefficients``
 (comma-separated, overrides the adapter's).
@@ -25,6 +26,12 @@ from omni_core.diffusion.acceleration.cache.base import (
     finish_apply,
     floats,
     option,
+)
+from omni_core.diffusion.acceleration.cache.streams import (
+    StreamLayout,
+    add,
+    stream_layout,
+    subtract,
 )
 from omni_core.diffusion.denoisers import block_list
 
@@ -67,7 +74,7 @@ def apply_teacache(module: Any, cfg: TeaCacheConfig, adapter: DenoiserAdapter) -
     head = head_cls(manager, adapter, tuple(coefficients), cfg.threshold, cfg.warmup_steps)
     hooks.HookRegistry.check_if_exists_or_initialize(blocks[0]).register_hook(head, _TEA_HEAD)
     for i, block in enumerate(blocks[1:], start=1):
-        hook = block_cls(manager, is_tail=i == len(blocks) - 1)
+        hook = block_cls(manager, adapter, is_tail=i == len(blocks) - 1)
         hooks.HookRegistry.check_if_exists_or_initialize(block).register_hook(hook, _TEA_BLOCK)
     if len(blocks) == 1:
         head.is_tail = True
@@ -97,7 +104,8 @@ class TeaCache(CacheBackend):
 
 
 class _TeaState:
-    """Per-context TeaCache state: last indicator, accumulated distance, residuals of the stack."""
+    """Per-context TeaCache state: last indicator, accumulated distance, residuals of the stack
+    (one per stream of the blocks' :class:`StreamLayout`)."""
 
     def __init__(self) -> None:
         self.reset()
@@ -107,43 +115,8 @@ class _TeaState:
         self.previous_indicator: Any = None
         self.accumulated = 0.0
         self.should_compute = True
-        self.head_input: Any = None
-        self.head_encoder_input: Any = None
-        self.residual: Any = None
-        self.encoder_residual: Any = None
-
-
-def _block_metadata(block: Any) -> Any:
-    from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
-    from diffusers.utils.torch_utils import unwrap_module
-
-    try:
-        return TransformerBlockRegistry.get(unwrap_module(block).__class__)
-    except ValueError:
-        meta = TransformerBlockMetadata(return_hidden_states_index=0)
-        meta._cls = type(unwrap_module(block))
-        return meta
-
-
-def _split_output(output: Any, meta: Any) -> tuple[Any, Any]:
-    if isinstance(output, tuple):
-        enc = (
-            output[meta.return_encoder_hidden_states_index]
-            if meta.return_encoder_hidden_states_index is not None
-            else None
-        )
-        return output[meta.return_hidden_states_index], enc
-    return output, None
-
-
-def _join_output(hidden: Any, encoder: Any, meta: Any, like: Any) -> Any:
-    if meta.return_encoder_hidden_states_index is None:
-        return hidden
-    size = max(meta.return_hidden_states_index, meta.return_encoder_hidden_states_index) + 1
-    out: list[Any] = [None] * size
-    out[meta.return_hidden_states_index] = hidden
-    out[meta.return_encoder_hidden_states_index] = encoder
-    return tuple(out)
+        self.head_inputs: list[Any] = []
+        self.residuals: list[Any] | None = None
 
 
 @functools.cache
@@ -170,24 +143,25 @@ def _tea_hooks() -> tuple[type, type]:
             self.threshold = threshold
             self.warmup = warmup
             self.is_tail = False
-            self.meta: Any = None
+            self.layout: StreamLayout | None = None
 
         def initialize_hook(self, module: Any) -> Any:
-            self.meta = _block_metadata(module)
+            self.layout = stream_layout(module, self.adapter)
             return module
 
         def _indicator(self, module: Any, args: tuple, kwargs: dict) -> Any:
             ind = self.adapter.teacache_indicator
             if callable(ind):
                 return ind(module, args, kwargs)
-            return self.meta._get_parameter_from_args_kwargs(ind, args, kwargs)
+            assert self.layout is not None
+            return self.layout.argument(ind, args, kwargs)
 
         def _decide(self, state: _TeaState, indicator: Any) -> bool:
             # One scalar read per denoiser call: the skip decision has to be made on the host.
             if (
                 state.previous_indicator is None
                 or state.step < self.warmup
-                or state.residual is None
+                or state.residuals is None
             ):
                 return True
             prev = state.previous_indicator
@@ -204,34 +178,23 @@ def _tea_hooks() -> tuple[type, type]:
             return True
 
         def new_forward(self, module: Any, *args: Any, **kwargs: Any) -> Any:
+            layout = self.layout
+            assert layout is not None
             state: _TeaState = self.state_manager.get_state()
             indicator = self._indicator(module, args, kwargs).detach()
             compute = self._decide(state, indicator)
             state.should_compute = compute
             state.previous_indicator = indicator
             state.step += 1
-            hidden = self.meta._get_parameter_from_args_kwargs("hidden_states", args, kwargs)
-            encoder = None
-            if self.meta.return_encoder_hidden_states_index is not None:
-                encoder = self.meta._get_parameter_from_args_kwargs(
-                    "encoder_hidden_states", args, kwargs
-                )
+            inputs = layout.inputs(args, kwargs)
             if not compute:
-                out_hidden = hidden + state.residual
-                out_encoder = (
-                    encoder + state.encoder_residual
-                    if encoder is not None and state.encoder_residual is not None
-                    else encoder
-                )
-                return _join_output(out_hidden, out_encoder, self.meta, None)
+                assert state.residuals is not None
+                return layout.join(add(inputs, state.residuals))
             state.accumulated = 0.0
-            state.head_input = hidden
-            state.head_encoder_input = encoder
+            state.head_inputs = inputs
             output = self.fn_ref.original_forward(*args, **kwargs)
             if self.is_tail:
-                out_hidden, out_encoder = _split_output(output, self.meta)
-                state.residual = out_hidden - hidden
-                state.encoder_residual = None if encoder is None else out_encoder - encoder
+                state.residuals = subtract(layout.outputs(output), inputs)
             return output
 
         def reset_state(self, module: Any) -> Any:
@@ -239,36 +202,29 @@ def _tea_hooks() -> tuple[type, type]:
             return module
 
     class TeaBlockHook(hooks.ModelHook):
-        def __init__(self, state_manager: Any, is_tail: bool = False) -> None:
+        def __init__(
+            self, state_manager: Any, adapter: DenoiserAdapter, is_tail: bool = False
+        ) -> None:
             super().__init__()
             self.state_manager = state_manager
+            self.adapter = adapter
             self.is_tail = is_tail
-            self.meta: Any = None
+            self.layout: StreamLayout | None = None
 
         def initialize_hook(self, module: Any) -> Any:
-            self.meta = _block_metadata(module)
+            self.layout = stream_layout(module, self.adapter)
             return module
 
         def new_forward(self, module: Any, *args: Any, **kwargs: Any) -> Any:
+            layout = self.layout
+            assert layout is not None
             state: _TeaState = self.state_manager.get_state()
             if not state.should_compute:
                 # The head already returned the cached result: pass the inputs through.
-                hidden = self.meta._get_parameter_from_args_kwargs("hidden_states", args, kwargs)
-                encoder = None
-                if self.meta.return_encoder_hidden_states_index is not None:
-                    encoder = self.meta._get_parameter_from_args_kwargs(
-                        "encoder_hidden_states", args, kwargs
-                    )
-                return _join_output(hidden, encoder, self.meta, None)
+                return layout.join(layout.inputs(args, kwargs))
             output = self.fn_ref.original_forward(*args, **kwargs)
             if self.is_tail:
-                out_hidden, out_encoder = _split_output(output, self.meta)
-                state.residual = out_hidden - state.head_input
-                state.encoder_residual = (
-                    None
-                    if state.head_encoder_input is None or out_encoder is None
-                    else out_encoder - state.head_encoder_input
-                )
+                state.residuals = subtract(layout.outputs(output), state.head_inputs)
             return output
 
     return TeaHeadHook, TeaBlockHook
