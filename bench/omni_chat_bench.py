@@ -1,5 +1,8 @@
 """Qwen2.5-Omni on omni's chat runtime vs transformers' ``generate`` in the same run.
 
+Long because one GPU call holds it all: both sides, the graphed-vs-eager comparison and the
+per-stage profile share one loaded 7B model.
+
     source bench/gpu_env.sh
     python3 bench/omni_chat_bench.py --out $OUT/omni-chat-h200.json     # ~90-120 s on one H200
     python3 bench/omni_chat_bench.py --tiny --concurrency 1,2 --out /tmp/omni-chat-tiny.json
