@@ -150,3 +150,26 @@ def test_doctor_lists_both_with_their_reasons(fp8_host) -> None:
     rows = [line for line in result.output.splitlines() if line.strip().startswith("fp8-")]
     assert any("fp8-cudnn" in r and "runs on cuda, not on cpu" in r for r in rows), rows
     assert any("fp8-emulated" in r and "yes" in r for r in rows), rows
+
+
+def test_on_a_hopper_gpu_fp8_cudnn_is_selectable_per_role_and_never_auto(
+    fp8_host, monkeypatch
+) -> None:
+    """A stand-in Hopper GPU with the frontend: fp8-cudnn is usable, the highest priority of
+    all backends here, and still never what ``auto`` resolves to."""
+    from omni_core.runtime import CudaPlatform
+
+    class ByPriority(CudaPlatform):
+        preferred_attention_backends = ()  # auto goes by priority alone
+
+    _fake_gpu(monkeypatch, (9, 0))
+    _fake_cudnn(monkeypatch, 91300)
+    registry = fp8_host.registry
+    spec = registry.attention_backends["fp8-cudnn"]
+    assert backend_availability(spec, "cuda").available
+    assert spec.priority == max(s.priority for s in registry.attention_backends.values())
+    auto = attention_router(registry, ByPriority())
+    assert "fp8-cudnn" not in auto.names.values() and "fp8-emulated" not in auto.names.values()
+    router = attention_router(registry, ByPriority(), self="fp8-cudnn", joint="fp8-cudnn")
+    assert router.names["self"] == router.names["joint"] == "fp8-cudnn"
+    assert router.names["cross"] == auto.names["cross"]
