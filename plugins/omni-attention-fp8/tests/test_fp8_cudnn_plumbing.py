@@ -17,15 +17,17 @@ import torch
 
 from omni_attention_fp8 import cudnn_graph, cudnn_kernel
 from omni_attention_fp8.cudnn_graph import Fp8Graph, GraphCache, describe_graph
+from omni_attention_fp8.emulated import fp8_emulated
 from omni_attention_fp8.layout import (
     GraphKey,
     Uid,
     attention_flops,
     bhsd_layout,
     graph_key,
+    is_key_padding_mask,
     unsupported_reason,
 )
-from omni_attention_fp8.scales import P_SCALE
+from omni_attention_fp8.scales import P_SCALE, valid_keys_first
 from omni_attention_fp8.testing import exact_attention, fp8_error_bound
 
 KEY = GraphKey(batch=2, heads=3, q_len=40, kv_len=24, head_dim=32, value_dim=16, attn_scale=0.2,
@@ -194,14 +196,14 @@ def test_fp8_cudnn_runs_the_planned_graph_and_dequantizes(monkeypatch) -> None:
     calls = []
 
     class Planned:
-        def execute(self, handle, q8, k8, v8, qk_descale, out8):
-            calls.append((q8.dtype, out8.shape, out8.dtype))
+        def execute(self, handle, q8, k8, v8, qk_descale, out8, kv_lens):
+            calls.append((q8.dtype, out8.shape, out8.dtype, kv_lens))
             out8.copy_(cudnn_kernel.fp8_inputs_on_sdpa(q8, k8, v8, qk_descale, 32**-0.5))
 
     monkeypatch.setattr(cudnn_kernel.GRAPHS, "get", lambda key, device: (Planned(), "h"))
     q, k, v = _qkv(1)
     out = cudnn_kernel.fp8_cudnn(q, k, v)
-    assert calls == [(torch.float8_e4m3fn, (2, 40, 3, 16), torch.float8_e4m3fn)]
+    assert calls == [(torch.float8_e4m3fn, (2, 40, 3, 16), torch.float8_e4m3fn, None)]
     _, exact = exact_attention(q, k, v, q.shape[-1] ** -0.5)
     assert float((out.double() - exact).norm() / exact.norm()) < 0.1
 
@@ -237,3 +239,77 @@ def test_compiled_attention_has_no_graph_break(refused) -> None:
     q, k, v = _qkv(4)
     explained = torch._dynamo.explain(cudnn_kernel.fp8_cudnn)(q, k, v)
     assert explained.graph_break_count == 0, explained.break_reasons
+
+
+# -- key-padding masks (Qwen-Image's text padding when CFG is batched) ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "is_bool", "expected"),
+    [
+        ((2, 1, 1, 24), True, True),
+        ((1, 1, 1, 24), True, True),
+        ((2, 1, 1, 24), False, False),  # an additive mask
+        ((2, 3, 1, 24), True, False),  # per head
+        ((2, 1, 40, 24), True, False),  # per query
+        ((2, 1, 1, 23), True, False),
+    ],
+)
+def test_key_padding_masks_are_recognised_by_shape(shape, is_bool, expected) -> None:
+    assert is_key_padding_mask(shape, is_bool, 2, 24) is expected
+
+
+def _padding_mask() -> torch.Tensor:
+    keep = torch.ones(2, 24, dtype=torch.bool)
+    keep[0, 3:9] = False  # Qwen-Image pads the text in the middle of [text, image]
+    keep[1, 20:] = False
+    return keep[:, None, None, :]
+
+
+def test_valid_keys_first_is_exact() -> None:
+    from omni_core.runtime import sdpa
+
+    q, k, v = _qkv(5)
+    mask = _padding_mask()
+    k2, v2, lens = valid_keys_first(mask.reshape(2, 24), k, v)
+    assert lens.reshape(-1).tolist() == [18, 20] and lens.dtype == torch.int32
+    prefix = torch.arange(24)[None, None, None, :] < lens
+    torch.testing.assert_close(sdpa(q, k2, v2, attn_mask=prefix), sdpa(q, k, v, attn_mask=mask))
+
+
+def test_padded_graph_description_has_seq_lens() -> None:
+    cudnn, log = _stand_in_cudnn()
+    cudnn.data_type.INT32 = "i32"
+    describe_graph(cudnn, GraphKey(**{**KEY.__dict__, "padded": True}), handle=None)
+    call = log[1][1]
+    assert call["use_padding_mask"] is True
+    for name, uid in (("seq_len_q", Uid.SEQ_LEN_Q), ("seq_len_kv", Uid.SEQ_LEN_KV)):
+        fields = call[name].fields
+        assert (fields["uid"], fields["dim"], fields["data_type"]) == (uid, (2, 1, 1, 1), "i32")
+    cudnn, log = _stand_in_cudnn()
+    describe_graph(cudnn, KEY, handle=None)
+    assert "use_padding_mask" not in log[1][1]
+
+
+def test_key_padding_mask_runs_fp8_on_the_padded_graph(monkeypatch) -> None:
+    from omni_core.runtime import sdpa
+
+    asked = []
+
+    def refuse(key, device):
+        asked.append(key)
+        return None, None
+
+    monkeypatch.setattr(cudnn_kernel.GRAPHS, "get", refuse)
+    q, k, v = _qkv(6)
+    mask = _padding_mask()
+    exact = sdpa(q.double(), k.double(), v.double(), attn_mask=mask)
+    rel = lambda out: float((out.double() - exact).norm() / exact.norm())  # noqa: E731
+    kernel, emulated = (
+        cudnn_kernel.fp8_cudnn(q, k, v, attn_mask=mask),
+        fp8_emulated(q, k, v, attn_mask=mask),
+    )
+    assert [key.padded for key in asked] == [True]
+    assert 0.004 < rel(kernel) < 0.1 and 0.004 < rel(emulated) < 0.1, (rel(kernel), rel(emulated))
+    unmasked = sdpa(q.double(), k.double(), v.double())
+    assert float((emulated.double() - unmasked).norm() / unmasked.norm()) > 0.1  # mask applied

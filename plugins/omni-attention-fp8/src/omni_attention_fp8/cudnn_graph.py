@@ -80,10 +80,12 @@ class Fp8Graph:
         v8: torch.Tensor,
         qk_descale: torch.Tensor,
         out8: torch.Tensor,
+        kv_lens: torch.Tensor | None = None,
     ) -> None:
         import torch
 
-        pack = {
+        pack: dict[int, torch.Tensor] = {} if kv_lens is None else {Uid.SEQ_LEN_KV: kv_lens}
+        pack |= {
             Uid.Q: q8,
             Uid.K: k8,
             Uid.V: v8,
@@ -111,6 +113,18 @@ def describe_graph(cudnn: Any, key: GraphKey, handle: Any) -> Any:
     def scalar(uid: Uid) -> Any:
         return graph.tensor(uid=int(uid), dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=f32)
 
+    padding: dict[str, Any] = {}
+    if key.padded:  # valid keys first: seq_len_kv per batch row, every query row kept
+        lens = {"dim": (key.batch, 1, 1, 1), "stride": (1, 1, 1, 1)}
+        padding = {
+            "use_padding_mask": True,
+            "seq_len_q": graph.tensor(
+                uid=int(Uid.SEQ_LEN_Q), data_type=cudnn.data_type.INT32, **lens
+            ),
+            "seq_len_kv": graph.tensor(
+                uid=int(Uid.SEQ_LEN_KV), data_type=cudnn.data_type.INT32, **lens
+            ),
+        }
     o, _, amax_s, amax_o = graph.sdpa_fp8(
         q=operand(Uid.Q, key.q_len, key.head_dim),
         k=operand(Uid.K, key.kv_len, key.head_dim),
@@ -125,6 +139,7 @@ def describe_graph(cudnn: Any, key: GraphKey, handle: Any) -> Any:
         attn_scale=key.attn_scale,
         use_causal_mask=False,
         name="omni_fp8_sdpa",
+        **padding,
     )
     dims, strides = bhsd_layout(key.batch, key.q_len, key.heads, key.value_dim)
     o.set_uid(int(Uid.O)).set_output(True).set_dim(dims).set_stride(strides).set_data_type(fp8)
@@ -158,6 +173,10 @@ def build_graph(key: GraphKey, handle: Any, device: torch.device) -> Fp8Graph:
         Uid.SCALE_S: const(P_SCALE),
         Uid.SCALE_O: const(1.0),
     }
+    if key.padded:
+        constants[Uid.SEQ_LEN_Q] = torch.full(
+            (key.batch, 1, 1, 1), key.q_len, dtype=torch.int32, device=device
+        )
     amax = {Uid.AMAX_S: const(0.0), Uid.AMAX_O: const(0.0)}
     return Fp8Graph(graph, int(graph.get_workspace_size()), constants, amax)
 

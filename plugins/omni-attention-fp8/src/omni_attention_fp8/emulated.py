@@ -9,14 +9,15 @@ does. It computes the softmax in one pass per query block where cuDNN's flash ke
 keys, so the two agree to fp8 rounding, not bit for bit.
 
 It is not fast (float32 matmuls on dequantized values): it exists so that the quality of fp8
-attention can be measured where the kernel cannot run (CPU, tests, other GPUs). Masked calls run
-exact SDPA, as they do in ``fp8-cudnn``.
+attention can be measured where the kernel cannot run (CPU, tests, other GPUs). Key-padding
+masks are applied as in ``fp8-cudnn``; other masked calls run exact SDPA, as they do there.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from omni_attention_fp8.layout import is_key_padding_mask
 from omni_attention_fp8.scales import (
     FP8_MAX,
     P_SCALE,
@@ -42,12 +43,17 @@ def fp8_emulated(
     attn_mask: torch.Tensor | None = None,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """fp8 attention over ``[B, S, H, D]`` computed in torch; masked calls use exact SDPA."""
+    """fp8 attention over ``[B, S, H, D]`` computed in torch. A key-padding mask (boolean
+    ``[B, 1, 1, keys]``) is applied, as ``fp8-cudnn`` does; other masks use exact SDPA."""
+    import torch
+
     from omni_core.runtime import sdpa
 
-    if attn_mask is not None:
+    if attn_mask is not None and not is_key_padding_mask(
+        tuple(attn_mask.shape), attn_mask.dtype == torch.bool, q.shape[0], k.shape[1]
+    ):
         return sdpa(q, k, v, attn_mask=attn_mask, scale=scale)
-    import torch
+    dropped = None if attn_mask is None else ~attn_mask.reshape(-1, 1, 1, k.shape[1])
 
     attn_scale = q.shape[-1] ** -0.5 if scale is None else scale
     kc = center_keys(k)
@@ -62,6 +68,8 @@ def fp8_emulated(
     pieces = []
     for start in range(0, queries, block):
         s = torch.matmul(qf[:, :, start : start + block], kf.transpose(-1, -2)) * score_scale
+        if dropped is not None:
+            s = s.masked_fill(dropped, float("-inf"))
         p = torch.exp(s - s.amax(dim=-1, keepdim=True))  # in (0, 1], 1 at the row's max
         total = p.sum(dim=-1, keepdim=True)
         p8 = (p * P_SCALE).to(torch.float8_e4m3fn).float()

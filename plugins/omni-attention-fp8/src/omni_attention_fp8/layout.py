@@ -23,6 +23,8 @@ class Uid(IntEnum):
     K = 2
     V = 3
     O = 4  # noqa: E741 - cuDNN's name for the output
+    SEQ_LEN_Q = 13
+    SEQ_LEN_KV = 14
     DESCALE_Q = 5
     DESCALE_K = 6
     DESCALE_V = 7
@@ -45,6 +47,8 @@ class GraphKey:
     value_dim: int
     attn_scale: float
     device: int
+    #: Keys padded per batch row (``seq_len_kv``): a key-padding mask, its valid keys first.
+    padded: bool = False
 
 
 def bhsd_layout(batch: int, seq: int, heads: int, dim: int) -> tuple[tuple[int, ...], ...]:
@@ -80,10 +84,26 @@ def graph_key(
     v_shape: tuple[int, ...],
     attn_scale: float,
     device: int,
+    padded: bool = False,
 ) -> GraphKey:
     """The cache key of a call with these (supported) ``[B, S, H, D]`` shapes."""
     b, s, h, d = q_shape
-    return GraphKey(b, h, s, k_shape[1], d, v_shape[3], float(attn_scale), device)
+    return GraphKey(b, h, s, k_shape[1], d, v_shape[3], float(attn_scale), device, padded)
+
+
+def is_key_padding_mask(
+    mask_shape: tuple[int, ...], mask_is_bool: bool, batch: int, keys: int
+) -> bool:
+    """Whether a mask only drops keys, the same for every head and query: boolean
+    ``[batch or 1, 1, 1, keys]`` (diffusers' text-padding masks, e.g. Qwen-Image's batched CFG).
+    Such a call is exact with the valid keys moved first and cuDNN's padding mask
+    (``seq_len_kv``); shapes only, so it costs nothing under ``torch.compile``."""
+    return (
+        mask_is_bool
+        and len(mask_shape) == 4
+        and mask_shape[0] in (1, batch)
+        and tuple(mask_shape[1:]) == (1, 1, keys)
+    )
 
 
 def attention_flops(key: GraphKey) -> int:
@@ -100,5 +120,6 @@ __all__ = [
     "attention_flops",
     "bhsd_layout",
     "graph_key",
+    "is_key_padding_mask",
     "unsupported_reason",
 ]

@@ -29,7 +29,7 @@ def omni_register_attention_backends(register: Callable[[AttentionBackendSpec], 
             lossy=True,
             precision="fp8",
             description="cuDNN fp8 flash attention (Hopper+, nvidia-cudnn-frontend): q/k/v in "
-            "e4m3 with per-(batch, head) scales; masked calls run SDPA. Lossy.",
+            "e4m3 with per-(batch, head) scales; key-padding masks only. Lossy.",
         )
     )
     register(

@@ -95,6 +95,22 @@ def quantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return scaled.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).contiguous()
 
 
+def valid_keys_first(
+    keep: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(k, v, lengths)`` with each batch row's kept keys moved first (in their order) and how
+    many there are (int32 ``[B, 1, 1, 1]``): softmax over a set of keys does not depend on their
+    order, so attention with a key-padding mask ``keep`` (bool ``[B, keys]``) equals attention
+    over the first ``lengths`` keys. On the device, no host sync."""
+    import torch
+
+    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)
+    index = order[:, :, None, None]
+    k = k.gather(1, index.expand(-1, -1, k.shape[2], k.shape[3]))
+    v = v.gather(1, index.expand(-1, -1, v.shape[2], v.shape[3]))
+    return k, v, keep.sum(dim=1).to(torch.int32).reshape(-1, 1, 1, 1)
+
+
 def dequantize_output(out8: torch.Tensor, scales: Fp8Scales, dtype: torch.dtype) -> torch.Tensor:
     """The fp8 output ``[B, S, H, D]`` of a call back in ``dtype``, per-head scale undone."""
     return (out8.float() * scales.out_descale[:, None, :, None]).to(dtype)
@@ -112,4 +128,5 @@ __all__ = [
     "dequantize_output",
     "head_amax",
     "quantize",
+    "valid_keys_first",
 ]
