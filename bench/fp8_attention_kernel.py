@@ -10,9 +10,11 @@ offset as real keys have):
   batch 1 (one CFG branch) and 2 (both branches batched);
 - ``wan2.1-14b-480p-cross``: the same queries against 512 text tokens (left exact by ``--fp8``);
 - ``qwen-image-1024-joint``: 64x64 = 4,096 image + 128 text tokens, 24 heads x 128, batch 2
-  (true CFG batched).
+  (true CFG batched), and ``-padded``: the same with the second row's last 48 text keys masked
+  (a negative prompt shorter than the prompt: a boolean key-padding mask).
 
-Modes: ``sdpa-cudnn`` (torch SDPA pinned to cuDNN, bf16: what omni runs today), ``fp8-cudnn``
+Modes: ``sdpa-cudnn`` (torch SDPA pinned to cuDNN, bf16: what omni runs today; ``sdpa``, torch's
+own kernel choice, on the masked shape), ``fp8-cudnn``
 (omni-attention-fp8's backend end to end: quantize, kernel, dequantize, eager),
 ``fp8-cudnn-compiled`` (the same under ``torch.compile``, where the quantization fuses),
 ``fp8-cudnn-kernel`` (the cuDNN call alone on pre-quantized inputs). Each row has the median
@@ -39,16 +41,21 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: name -> (batches, q_len, kv_len, heads, head_dim)
-SHAPES: dict[str, tuple[tuple[int, ...], int, int, int, int]] = {
-    "wan2.1-14b-480p-self": ((1, 2), 32760, 32760, 40, 128),
-    "wan2.1-14b-480p-cross": ((1,), 32760, 512, 40, 128),
-    "qwen-image-1024-joint": ((2,), 4224, 4224, 24, 128),
+#: name -> (batches, q_len, kv_len, heads, head_dim, padded text keys of the second row)
+SHAPES: dict[str, tuple[tuple[int, ...], int, int, int, int, int]] = {
+    "wan2.1-14b-480p-self": ((1, 2), 32760, 32760, 40, 128, 0),
+    "wan2.1-14b-480p-cross": ((1,), 32760, 512, 40, 128, 0),
+    "qwen-image-1024-joint": ((2,), 4224, 4224, 24, 128, 0),
+    # batched true CFG with prompts of different lengths: a key-padding mask on the text keys
+    "qwen-image-1024-joint-padded": ((2,), 4224, 4224, 24, 128, 48),
 }
-TINY_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int, int]] = {
-    "tiny-self": ((1, 2), 384, 384, 2, 64),
-    "tiny-cross": ((1,), 384, 32, 2, 64),
+TINY_SHAPES: dict[str, tuple[tuple[int, ...], int, int, int, int, int]] = {
+    "tiny-self": ((1, 2), 384, 384, 2, 64, 0),
+    "tiny-cross": ((1,), 384, 32, 2, 64, 0),
+    "tiny-joint-padded": ((2,), 160, 160, 2, 64, 24),
 }
+#: Text tokens at the front of a joint sequence (Qwen-Image: [text, image]).
+TEXT_TOKENS = 128
 
 
 def _paths() -> None:
@@ -115,7 +122,9 @@ def _modes(device: Any) -> dict[str, Callable[..., Any]]:
     if device.type != "cuda":
         return {"sdpa": sdpa, "fp8-emulated": fp8_emulated}
 
-    def sdpa_cudnn(q: Any, k: Any, v: Any) -> Any:
+    def sdpa_cudnn(q: Any, k: Any, v: Any, attn_mask: Any = None) -> Any:
+        if attn_mask is not None:  # torch's own choice: its cuDNN kernel may refuse masks
+            return sdpa(q, k, v, attn_mask=attn_mask)
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return sdpa(q, k, v)
 
@@ -128,20 +137,35 @@ def _modes(device: Any) -> dict[str, Callable[..., Any]]:
     }
 
 
-def _bind(fn: Callable[..., Any], q: Any, k: Any, v: Any) -> Callable[[], Any]:
-    return lambda: fn(q, k, v)
+def _bind(fn: Callable[..., Any], q: Any, k: Any, v: Any, mask: Any) -> Callable[[], Any]:
+    return lambda: fn(q, k, v, attn_mask=mask)
 
 
-def _kernel_only(q: Any, k: Any, v: Any) -> Callable[[], Any]:
-    """The cuDNN call alone, on inputs quantized once beforehand."""
+def _padding_mask(batch: int, kv_len: int, padded: int, device: Any) -> Any:
+    """None, or a boolean ``[B, 1, 1, keys]`` mask dropping the second row's last ``padded``
+    text keys (the text is the first :data:`TEXT_TOKENS` keys)."""
+    import torch
+
+    if not padded:
+        return None
+    keep = torch.ones(batch, kv_len, dtype=torch.bool, device=device)
+    keep[1:, TEXT_TOKENS - padded : TEXT_TOKENS] = False
+    return keep[:, None, None, :]
+
+
+def _kernel_only(q: Any, k: Any, v: Any, mask: Any) -> Callable[[], Any]:
+    """The cuDNN call alone, on inputs quantized (and keys reordered) once beforehand."""
     from omni_attention_fp8.cudnn_kernel import sdpa_fp8
-    from omni_attention_fp8.scales import center_keys, compute_scales, quantize
+    from omni_attention_fp8.scales import center_keys, compute_scales, quantize, valid_keys_first
 
+    lens = None
+    if mask is not None:
+        k, v, lens = valid_keys_first(mask.reshape(mask.shape[0], -1), k, v)
     kc = center_keys(k)
     s = compute_scales(q, kc, v)
     q8, k8, v8 = quantize(q, s.q), quantize(kc, s.k), quantize(v, s.v)
     scale = q.shape[-1] ** -0.5
-    return lambda: sdpa_fp8(q8, k8, v8, s.qk_descale, scale)
+    return lambda: sdpa_fp8(q8, k8, v8, s.qk_descale, scale, lens)
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -159,23 +183,26 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"fp8-cudnn cannot run here: {availability.reason}")
     shapes = TINY_SHAPES if args.tiny else SHAPES
     rows: list[dict[str, Any]] = []
-    for name, (batches, sq, skv, heads, dim) in shapes.items():
+    for name, (batches, sq, skv, heads, dim, padded) in shapes.items():
         for batch in batches:
             q, k, v = _inputs(batch, sq, skv, heads, dim, device)
+            mask = _padding_mask(batch, skv, padded, device)
             key = GraphKey(batch, heads, sq, skv, dim, dim, dim**-0.5, 0)
             flops = attention_flops(key)
             n = min(args.error_queries, sq)
-            reference = sdpa(q[:, :n].float(), k.float(), v.float())
+            reference = sdpa(q[:, :n].float(), k.float(), v.float(), attn_mask=mask)
             head = q[:, :n].contiguous()
-            emulated = fp8_emulated(head, k, v).float()
+            emulated = fp8_emulated(head, k, v, attn_mask=mask).float()
             base = {"shape": name, "batch": batch, "q_len": sq, "kv_len": skv, "heads": heads,
-                    "head_dim": dim, "dtype": str(q.dtype).removeprefix("torch."),
+                    "head_dim": dim, "padded_text_keys": padded,
+                    "dtype": str(q.dtype).removeprefix("torch."),
                     "tflop_per_call": round(flops / 1e12, 4)}  # fmt: skip
-            calls = {m: _bind(fn, q, k, v) for m, fn in modes.items()}
+            calls = {m: _bind(fn, q, k, v, mask) for m, fn in modes.items()}
             if device.type == "cuda":
-                calls["fp8-cudnn-kernel"] = _kernel_only(q, k, v)
+                calls["fp8-cudnn-kernel"] = _kernel_only(q, k, v, mask)
             for mode, call in calls.items():
-                row = {**base, "mode": mode}
+                label = "sdpa" if mode == "sdpa-cudnn" and mask is not None else mode
+                row = {**base, "mode": label}
                 try:
                     ms = _time(call, device, args.warmup, args.reps)
                     tflops = flops / (ms * 1e-3) / 1e12
@@ -185,15 +212,18 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     if mode.startswith("fp8-cudnn") and mode != "fp8-cudnn-kernel":
                         # the same query rows through both: same scales, so only the kernel's
                         # tiling and rounding order differ from the emulation
-                        same = _errors(modes[mode](head, k, v), emulated, n)
+                        same = _errors(modes[mode](head, k, v, attn_mask=mask), emulated, n)
                         row["rel_rms_diff_vs_fp8_emulated"] = same["rel_rms_err_vs_fp32"]
                 except Exception as exc:  # noqa: BLE001 - a failing mode is a row; go on
                     row["error"] = f"{type(exc).__name__}: {exc}"[:500]
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             if device.type != "cuda":
-                rows.append({**base, "mode": "fp8-cudnn", "error": availability.reason})
-            del q, k, v, head, reference, emulated
+                why = "runs on CUDA only" + (
+                    f"; here: {availability.reason}" * bool(availability.reason)
+                )
+                rows.append({**base, "mode": "fp8-cudnn", "error": why})
+            del q, k, v, mask, head, reference, emulated
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return {"meta": _meta(args, device), "rows": rows}

@@ -94,3 +94,26 @@ def test_cli_fp8_without_an_fp8_backend_says_so(zimage: Path, tmp_path: Path) ->
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "fp8: no fp8 attention backend is registered" in lines[0]
     assert not out.exists()
+
+
+def test_the_kernel_benchmark_runs_on_cpu(tmp_path: Path) -> None:
+    """bench/fp8_attention_kernel.py (run on an H200 by hand) keeps working: its --cpu --tiny
+    form times SDPA and fp8-emulated, reports their error, and says why fp8-cudnn cannot run."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "kernel.json"
+    args = ["--cpu", "--tiny", "--reps", "1", "--warmup", "0", "--out", str(out)]
+    script = str(root / "bench" / "fp8_attention_kernel.py")
+    done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    rows = {(r["shape"], r["batch"], r["mode"]): r for r in result["rows"]}
+    assert result["meta"]["command"].startswith("python3 bench/fp8_attention_kernel.py --cpu")
+    for shape, batch in (("tiny-self", 1), ("tiny-self", 2), ("tiny-joint-padded", 2)):
+        exact, fp8 = rows[(shape, batch, "sdpa")], rows[(shape, batch, "fp8-emulated")]
+        assert exact["rel_rms_err_vs_fp32"] < 1e-4 < fp8["rel_rms_err_vs_fp32"] < 0.1
+        assert fp8["ms"] > 0 and fp8["tflop_per_call"] >= 0
+        assert rows[(shape, batch, "fp8-cudnn")]["error"].startswith("runs on CUDA only")
