@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Source this on the GPU machine (python 3.12, torch with CUDA, no registry access) from the repo
 # root: it installs the carried wheels (.whl: diffusers, pydantic, fastapi, ...) and omni's own
-# packages (not editable, so their `omni` entry points are real) into /tmp/site.
+# packages (not editable, so their `omni` entry points are real) into /tmp/site. fp8-cudnn also
+# needs the cudnn frontend among the carried wheels, fetched beforehand where the index is
+# reachable: pip download nvidia-cudnn-frontend==1.32.0 --no-deps --only-binary=:all: \
+#   --python-version 3.12 --platform manylinux_2_28_x86_64 -d .whl
 set -e
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site \
-  ./core ./plugins/omni-wan ./plugins/omni-qwen
+  ./core ./plugins/omni-wan ./plugins/omni-qwen ./plugins/omni-attention-fp8
 python3 - <<'PY'
 import torch, diffusers, transformers
 print("torch", torch.__version__, "diffusers", diffusers.__version__,

@@ -4,6 +4,8 @@
     python3 bench/pipeline_bench.py --workload wan2.2-ti2v-5b-704x1280x121 --reps 1 \\
         --out $OUT/wan5b.json
     python3 bench/pipeline_bench.py --tiny --out /tmp/tiny.json              # CPU smoke test
+    python3 bench/pipeline_bench.py --workload qwen-image-1024 --modes omni,omni-fp8 \\
+        --out $OUT/qwen-fp8.json     # the fp8 mode (fp8 linears + fp8 attention), psnr_vs_omni_db
     python3 bench/pipeline_bench.py --combine a.json b.json --out bench/results/pipeline-h200.json
 
 Every option is the command's (``omni bench pipeline --help``); the runner is
@@ -52,11 +54,12 @@ def main() -> int:
     try:
         import omni_core  # noqa: F401
     except ImportError:  # a bare checkout: the sources, and the model plugins by hand
-        for src in ("core/src", "plugins/omni-wan/src", "plugins/omni-qwen/src"):
+        plugins = ("omni-wan", "omni-qwen", "omni-attention-fp8")  # the last: omni-fp8's kernel
+        for src in ("core/src", *(f"plugins/{name}/src" for name in plugins)):
             sys.path.insert(0, str(ROOT / src))
         from omni_core.contract.host import get_host
 
-        for name in ("omni-wan", "omni-qwen"):
+        for name in plugins:
             if name not in get_host().plugins:
                 get_host().load_module(name, name.replace("-", "_") + ".plugin")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -290,3 +290,20 @@ def test_cli_lists_registered_workloads() -> None:
     assert result.exit_code == 0, result.output
     for name, spec in get_registry().benchmarks.items():
         assert name in result.output and (not spec.tiny or "(tiny)" in result.output)
+
+
+def test_omni_fp8_without_fp8_attention_fails_before_any_mode(
+    third_party: Any, tmp_path: Path
+) -> None:
+    """omni-fp8 is the fp8 mode (fp8 linears and fp8 attention): with no fp8 attention backend
+    registered it is refused up front, not after the reference modes ran."""
+    options = BenchOptions(
+        out=tmp_path / "out.json",
+        work_dir=tmp_path / "work",
+        modes=("diffusers", "omni-fp8"),
+        device="cpu",
+        log=_quiet,
+    )
+    with pytest.raises(ConfigError, match="fp8: no fp8 attention backend is registered"):
+        run_benchmark(["flat-third-party"], options=options, registry=third_party)
+    assert not (tmp_path / "work").exists() and not (tmp_path / "out.json").exists()

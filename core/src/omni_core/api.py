@@ -21,6 +21,7 @@ from omni_core.contract.config import (
     as_lora_config,
     as_memory_config,
 )
+from omni_core.contract.config import as_section as _as_config
 from omni_core.contract.dtypes import parse_dtype
 from omni_core.contract.errors import ConfigError, InvalidRequestError
 from omni_core.contract.pipeline import (
@@ -43,22 +44,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from omni_core.contract.messages import ChatDelta
     from omni_core.contract.platforms import Platform
     from omni_core.contract.registry import PipelineSpec, Registry
-
-
-def _as_config(value: Any, model: type, field: str) -> Any:
-    if value is None:
-        return model()
-    if isinstance(value, model):
-        return value
-    if isinstance(value, str):
-        key = {"AttentionConfig": "backend", "CacheConfig": "backend"}.get(model.__name__, "method")
-        value = {key: value}
-    from pydantic import ValidationError
-
-    try:
-        return model.model_validate(value)
-    except ValidationError as exc:
-        raise ConfigError(f"{field}: {exc}") from None
 
 
 def resolve_model_reference(
@@ -195,7 +180,8 @@ class Omni:
 
     ``lora`` preloads adapters (``{name: path}``, ``["NAME=PATH:SCALE"]``, a LoraConfig) that
     requests select (``lora=``), ``fuse_lora`` merges one; ``offload``, ``max_gpu_memory``
-    (GiB) and ``vae_tiling`` trade speed for device memory (sdk-docs: memory.md).
+    (GiB) and ``vae_tiling`` trade speed for device memory (sdk-docs: memory.md). ``fp8``
+    turns on fp8 linears and fp8 attention on the heavy roles (lossy; sdk-docs: acceleration.md).
     """
 
     def __init__(
@@ -216,6 +202,7 @@ class Omni:
         offload: Any = None,
         max_gpu_memory: float | None = None,
         vae_tiling: str | bool | None = None,
+        fp8: bool = False,
         **options: Any,
     ) -> None:
         from omni_core.contract.attention import AttentionRouter
@@ -233,6 +220,13 @@ class Omni:
         self.spec = location.spec
         self.model_id = str(model)
         attention_config = _as_config(attention, AttentionConfig, "attention")
+        quantization_config = _as_config(quantization, QuantizationConfig, "quantization")
+        if fp8:  # fp8 linears + fp8 attention on the heavy roles, as plain configs
+            from omni_core.contract.fp8_mode import apply_fp8_mode
+
+            attention_config, quantization_config = apply_fp8_mode(
+                attention_config, quantization_config, self.spec, registry, platform
+            )
         torch_dtype = parse_dtype(dtype, "float32" if platform.device_type == "cpu" else "bfloat16")
         parallel = ParallelConfig(
             cfg_parallel_size=cfg_parallel_size, ulysses_degree=ulysses_degree
@@ -244,7 +238,7 @@ class Omni:
             attention=AttentionRouter.build(attention_config, registry, platform),
             attention_config=attention_config,
             cache=_as_config(cache, CacheConfig, "cache"),
-            quantization=_as_config(quantization, QuantizationConfig, "quantization"),
+            quantization=quantization_config,
             parallel=parallel,
             lora=as_lora_config(lora, fuse_lora),
             memory=resolve_memory(

@@ -176,8 +176,8 @@ class Session:
         from omni_core.api import Omni
 
         kwargs: dict[str, Any] = {}
-        if mode == "omni-fp8":
-            kwargs["quantization"] = self.quantizer
+        if mode == "omni-fp8":  # the fp8 mode: fp8 linears and fp8 attention on heavy roles
+            kwargs.update(fp8=True, quantization=self.quantizer)
         elif mode.startswith("omni-cache:"):
             kwargs["cache"] = mode.removeprefix("omni-cache:")
         if self.compile_backend:
@@ -194,11 +194,13 @@ class Session:
             series = run_series(self.platform, self.device, call, self.reps)
             result = series.last_value
             frames = case.workload.omni_frames(result)
+            router = omni.options.attention
             extra: dict[str, Any] = {
                 "backend": "omni",
                 "lossy": mode != "omni",
                 "omni_options": dict(kwargs),
                 "loaded_pipeline": omni.spec.name,
+                "attention_backends": dict(router.names) if router is not None else {},
                 "load_s": load_s,
                 "resident_memory_gib": resident,
                 **psnr_fields(baseline, frames, "diffusers"),

@@ -11,7 +11,9 @@ For each selected workload the checkpoint folder is built once (cached under the
     ``Omni(folder)`` with its defaults, i.e. what ``omni serve`` loads (fused QKV, regional
     compile on accelerators, automatic attention backend, CFG batched);
 ``omni-fp8`` / ``omni-cache:NAME``
-    lossy variants (a quantizer; a registered step cache), PSNR also against ``omni``.
+    lossy variants, PSNR also against ``omni`` (``psnr_vs_omni_db``): the fp8 mode
+    (``Omni(folder, fp8=True)``: fp8 linears with ``--quantizer``, fp8 attention on the heavy
+    roles); a registered step cache.
 
 Each mode reports load seconds, the first request (compile and warm-up included), the median of
 ``reps`` steady-state requests, seconds per denoising step, peak device memory and PSNR against
@@ -33,6 +35,7 @@ from omni_core.bench.workload import Workload
 from omni_core.contract.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from omni_core.contract.platforms import Platform
     from omni_core.contract.registry import BenchmarkSpec, Registry
 
 #: Modes measured when none are asked for (accelerators; on CPU the compiled one is skipped).
@@ -128,7 +131,7 @@ def run_benchmark(
     device = torch.device(options.device or ("cpu" if tiny else platform.device(0)))
     dtype = parse_dtype(options.dtype, "float32" if device.type == "cpu" else "bfloat16")
     modes = options.modes or (CPU_DEFAULT_MODES if device.type == "cpu" else DEFAULT_MODES)
-    _check_modes(modes, registry, options.quantizer)
+    _check_modes(modes, registry, options.quantizer, platform)
     result = ResultFile(
         options.out,
         {
@@ -182,7 +185,13 @@ def run_benchmark(
     return result.rows
 
 
-def _check_modes(modes: Iterable[str], registry: Registry, quantizer: str) -> None:
+def _check_modes(
+    modes: Iterable[str], registry: Registry, quantizer: str, platform: Platform
+) -> None:
+    """Unknown cache backends or quantizers, and omni-fp8 without a usable fp8 attention
+    backend, fail now, not after the reference modes ran."""
+    from omni_core.contract.fp8_mode import fp8_attention_backend
+
     for mode in modes:
         name = mode.removeprefix("omni-cache:")
         if mode.startswith("omni-cache:") and name not in registry.cache_backends:
@@ -195,6 +204,8 @@ def _check_modes(modes: Iterable[str], registry: Registry, quantizer: str) -> No
                 f"--quantizer {quantizer!r} is not registered; registered: "
                 + ", ".join(registry.quantizers)
             )
+        if mode == "omni-fp8":
+            fp8_attention_backend(registry, platform)
 
 
 __all__ = [

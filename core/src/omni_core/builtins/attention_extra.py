@@ -57,6 +57,8 @@ def omni_register_attention_backends(register: Callable[[AttentionBackendSpec], 
             availability=f"{external}:sage_available",
             supports_mask=False,
             priority=-5,
+            lossy=True,
+            precision="int8",
             description="SageAttention (quantized, lossy): opt-in only; masked calls use SDPA.",
         )
     )

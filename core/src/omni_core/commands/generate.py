@@ -249,6 +249,7 @@ def _run(
     cache_options: tuple[str, ...] = (),
     quantization: str | None = None,
     compile_: bool | None = None,
+    fp8: bool = False,
     num_frames: int | None = None,
     num_outputs: int = 1,
     memory_kwargs: dict[str, Any] | None = None,
@@ -263,8 +264,8 @@ def _run(
     from omni_core.diffusion.acceleration.lora import fused_defaults
 
     height, width = parse_size(size, height, width)
-    accel = acceleration_kwargs(cache, cache_options, quantization, compile_)
-    check_load_options(device, dtype, attention_backend)
+    accel = acceleration_kwargs(cache, cache_options, quantization, compile_, fp8)
+    check_load_options(device, dtype, attention_backend, fp8=fp8)
     if "cache" in accel:
         from omni_core.api import _as_config
         from omni_core.contract.config import CacheConfig

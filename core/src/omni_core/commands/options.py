@@ -12,7 +12,7 @@ import click
 
 
 def acceleration_options(func: Any) -> Any:
-    """``--cache``, ``--cache-option``, ``--quantization``, ``--compile/--no-compile``.
+    """``--cache``, ``--cache-option``, ``--quantization``, ``--fp8``, ``--compile/--no-compile``.
 
     Shared by ``omni generate video|image`` and ``omni serve``; :func:`acceleration_kwargs`
     turns them into ``Omni(...)`` keywords.
@@ -37,6 +37,13 @@ def acceleration_options(func: Any) -> Any:
             help="Quantizer of the denoiser's linear layers (see `omni list-plugins`), e.g. fp8.",
         ),
         click.option(
+            "--fp8",
+            is_flag=True,
+            default=False,
+            help="fp8 mode: fp8 linears (--quantization fp8 unless another is named) and fp8 "
+            "attention on the pipeline's heavy attention roles. Lossy.",
+        ),
+        click.option(
             "--compile/--no-compile",
             "compile_",
             default=None,
@@ -53,6 +60,7 @@ def acceleration_kwargs(
     cache_options: tuple[str, ...],
     quantization: str | None,
     compile_: bool | None,
+    fp8: bool = False,
 ) -> dict[str, Any]:
     """The ``Omni(...)`` keywords of :func:`acceleration_options`, names checked now.
 
@@ -79,6 +87,8 @@ def acceleration_kwargs(
                 f"quantization.method: unknown quantizer {quantization!r}; known: {known}"
             )
         kwargs["quantization"] = quantization
+    if fp8:
+        kwargs["fp8"] = True
     if compile_ is not None:
         # omni_core.diffusion.acceleration.apply_acceleration reads options.extra["compile"].
         kwargs["compile"] = compile_
@@ -86,15 +96,16 @@ def acceleration_kwargs(
 
 
 def check_load_options(
-    device: str | None, dtype: str | None, attention_backend: str | None
+    device: str | None, dtype: str | None, attention_backend: str | None, *, fp8: bool = False
 ) -> None:
     """Check the loading options ``Omni(...)`` would refuse only after a moment's work, now:
     a device this machine lacks (``--device cuda`` on a CPU-only torch, ``--device banana``), an
-    unknown dtype or attention backend. Each is a ConfigError: one line, exit code 2.
+    unknown dtype or attention backend, ``--fp8`` with no usable fp8 attention backend. Each is
+    a ConfigError: one line, exit code 2.
 
     Shared by ``omni generate video|image`` and ``omni serve`` (before a port is bound).
     """
-    if device is None and dtype is None and attention_backend is None:
+    if device is None and dtype is None and attention_backend is None and not fp8:
         return
     from omni_core.api import _as_config, resolve_device
     from omni_core.contract.attention import AttentionRouter
@@ -109,6 +120,10 @@ def check_load_options(
     AttentionRouter.build(
         _as_config(attention_backend, AttentionConfig, "attention"), get_registry(), platform
     )
+    if fp8:
+        from omni_core.contract.fp8_mode import fp8_attention_backend
+
+        fp8_attention_backend(get_registry(), platform)
 
 
 def check_option_keys(options: dict[str, Any]) -> None:

@@ -90,7 +90,9 @@ def _preflight(config: ServerConfig) -> None:
 
     check_state_dir(config.state_dir, config.storage.min_free_bytes)
 
-    check_load_options(config.device, config.dtype, config.attention_backend)
+    check_load_options(
+        config.device, config.dtype, config.attention_backend, fp8=config.options.get("fp8") is True
+    )
     check_option_keys(config.options)
     registry = get_registry()
     own = set(inspect.signature(Omni.__init__).parameters)  # Omni's keywords, not extras
@@ -276,6 +278,7 @@ def serve(
     cache_options: tuple[str, ...],
     quantization: str | None,
     compile_: bool | None,
+    fp8: bool,
     max_upload_mb: float,
     allowed_url_hosts: str,
     limits: dict[str, object],
@@ -324,7 +327,9 @@ def serve(
             options[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:
             options[key.strip()] = raw
-    for key, value in acceleration_kwargs(cache, cache_options, quantization, compile_).items():
+    for key, value in acceleration_kwargs(
+        cache, cache_options, quantization, compile_, fp8
+    ).items():
         if key in options:
             raise click.BadParameter(
                 f"{key} is set twice: by --option {key}=... and by --{key}",

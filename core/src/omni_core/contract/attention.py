@@ -47,16 +47,18 @@ def backend_availability(spec: AttentionBackendSpec, device_type: str) -> Availa
 def resolve_backend(
     name: str, registry: Registry, platform: Platform, *, field: str = "attention.backend"
 ) -> AttentionBackendSpec:
-    """Turn a configured backend name (or ``auto``) into a usable spec, or raise ConfigError.
+    """Turn a configured backend name (or ``auto``: the best usable lossless one) into a usable
+    spec, or raise ConfigError.
 
     ``field`` is the setting the name came from (``attention.cross`` for a per-role override),
     so the error points at the value to fix.
     """
     backends = registry.attention_backends
-    if name == "auto":
-        candidates = [backends[n] for n in platform.preferred_attention_backends if n in backends]
+    if name == "auto":  # lossless only: a lossy backend runs where it is named, never by chance
+        exact = {n: s for n, s in backends.items() if not s.lossy}
+        candidates = [exact[n] for n in platform.preferred_attention_backends if n in exact]
         candidates += sorted(
-            (s for s in backends.values() if s not in candidates),
+            (s for s in exact.values() if s not in candidates),
             key=lambda s: (-s.priority, s.name),
         )
         for spec in candidates:

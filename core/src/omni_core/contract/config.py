@@ -30,13 +30,21 @@ class AttentionConfig(Section):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    def for_role(self, role: str) -> str:
-        override = {
+    def override(self, role: str) -> str | None:
+        """The backend set for ``role`` itself (None: it follows ``backend``)."""
+        return {
             "self": self.self_attention,
             "cross": self.cross_attention,
             "joint": self.joint_attention,
         }[role]
-        return override or self.backend
+
+    def for_role(self, role: str) -> str:
+        return self.override(role) or self.backend
+
+    def with_roles(self, backends: Mapping[str, str]) -> AttentionConfig:
+        """A copy with ``{role: backend}`` set as per-role overrides."""
+        names = {"self": "self_attention", "cross": "cross_attention", "joint": "joint_attention"}
+        return self.model_copy(update={names[role]: name for role, name in backends.items()})
 
 
 class CacheConfig(Section):
@@ -161,6 +169,22 @@ def as_memory_config(
 
 
 _M = TypeVar("_M", bound=BaseModel)
+
+
+def as_section(value: Any, model: type[_M], field: str) -> _M:
+    """``Omni(attention=..., cache=..., quantization=...)``: None (the defaults), the model, its
+    dict, or a name (``"sdpa"`` is ``{"backend": "sdpa"}``, ``"fp8"`` ``{"method": "fp8"}``)."""
+    if value is None:
+        return model()
+    if isinstance(value, model):
+        return value
+    if isinstance(value, str):
+        key = {"AttentionConfig": "backend", "CacheConfig": "backend"}.get(model.__name__, "method")
+        value = {key: value}
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise ConfigError(f"{field}: {exc}") from None
 
 
 def validate_config(

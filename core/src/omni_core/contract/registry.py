@@ -81,6 +81,11 @@ class PipelineCapabilities(BaseModel):
     streaming: bool = Field(False, description="Speech: stream() yields audio while generating.")
     cache_backends: tuple[str, ...] = ()
     quantizers: tuple[str, ...] = ()
+    heavy_attention_roles: tuple[Literal["self", "cross", "joint"], ...] = Field(
+        ("self", "joint"),
+        description="Attention roles that dominate the cost (long key sequences): the fp8 mode "
+        "puts fp8 attention on these and leaves the others (short text keys) exact.",
+    )
 
 
 class PipelineSpec(Spec):
@@ -140,6 +145,17 @@ class AttentionBackendSpec(Spec):
     )
     supports_mask: bool = True
     priority: int = Field(0, description="Higher wins when the backend is 'auto'.")
+    lossy: bool = Field(
+        False,
+        description="Approximates exact attention (quantized, sparse): 'auto' never picks it; "
+        "it runs only where named, or on the heavy roles of the fp8 mode.",
+    )
+    precision: str = Field(
+        "native",
+        pattern=_NAME_PATTERN,
+        description="What its matmuls compute in: 'native' (the inputs' dtype), 'fp8', 'int8'. "
+        "The fp8 mode (`Omni(fp8=True)`) picks the best usable 'fp8' backend.",
+    )
 
 
 class CacheBackendSpec(Spec):
