@@ -19,10 +19,11 @@ from idle to busy: a level starts idle); None where the platform does not tell.
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
+
+from omni_core.bench.serve import percentile
 
 #: The user turn of answer ``i`` (the same length for every ``i``: the same prefill).
 PROMPT = "Tell me about the sound of the sea in the morning, number {:03d}."
@@ -75,16 +76,6 @@ class Answer:
         out = {k: v for k, v in vars(self).items() if k != "text"}
         out["audio_s"] = self.audio_s
         return out
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear-interpolated percentile (``q`` in [0, 100]); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 @dataclass
@@ -182,4 +173,4 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PROMPT", "Answer", "Level", "compare", "format_rows", "percentile"]
+__all__ = ["PROMPT", "Answer", "Level", "compare", "format_rows"]
