@@ -3,6 +3,9 @@ extras schema, warm-up defaults, voices, routes), behind the API key like ``/v1/
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import httpx
 
 from .conftest import WAN_SIZE, LiveServer
@@ -59,3 +62,27 @@ def test_knobs_need_the_key_and_a_served_model(live_server: LiveServer, http: ht
     # /v1/models/{id} still describes a model (the knobs route is registered before it).
     first = next(iter(live_server.state.models))
     assert http.get(f"/v1/models/{first}").json()["id"] == first
+
+
+def test_a_model_id_ending_in_knobs_is_still_described(
+    acme_chat: Any, with_chat_plugin: Any, tmp_path: Path
+) -> None:
+    """``/v1/models/{id}/knobs`` is registered first and takes any path: the id ``acme/knobs``
+    must still reach the model's own description, and its knobs at ``.../knobs/knobs``."""
+    from omni_core.testing import serve_on_thread
+
+    checkpoint = acme_chat.build_tiny_chat(tmp_path / "ckpt")
+    with (
+        with_chat_plugin(),
+        serve_on_thread(
+            models=[{"id": "acme/knobs", "path": str(checkpoint)}], state_dir=tmp_path / "state"
+        ) as url,
+    ):
+        described = httpx.get(f"{url}/v1/models/acme/knobs", timeout=60)
+        assert described.status_code == 200, described.text
+        assert described.json()["id"] == "acme/knobs"
+        assert described.json()["object"] == "model"
+        knobs = httpx.get(f"{url}/v1/models/acme/knobs/knobs", timeout=60).json()
+        assert knobs["object"] == "model.knobs" and knobs["modality"] == "chat"
+        missing = httpx.get(f"{url}/v1/models/acme/other/knobs", timeout=60)
+        assert missing.status_code == 404
