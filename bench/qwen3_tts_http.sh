@@ -9,13 +9,7 @@
 # prometheus-client httpx2 httpcore2 truststore: openai 3.x imports httpx2). Checkpoints are cached in $CKPT (kept while the machine stays warm).
 # Writes $OUT/qwen3-tts-http-<models>.json; combine several with --combine.
 set -euo pipefail
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 OMNI_PLATFORM=${OMNI_PLATFORM-}
-SITE=/tmp/site-tts
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target "$SITE" .whl/*.whl
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade \
-  --target "$SITE" ./core ./plugins/omni-qwen
+source bench/speech_site.sh ./plugins/omni-qwen
 CKPT=${CKPT:-/tmp/qwen3-tts-ckpt}
 OUT=${OUT:-bench/results}
 name=$(printf '%s' "$*" | grep -o 'qwen3-tts-[a-z0-9.-]*' | tr '\n' '+' | sed 's/+$//')

@@ -13,13 +13,7 @@
 # truststore). Checkpoints are cached in $CKPT (kept while the machine stays warm).
 # Writes $OUT/vibevoice-http-<models>.json. 75 frames = 10 s of audio per request.
 set -euo pipefail
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 OMNI_PLATFORM=${OMNI_PLATFORM-}
-SITE=/tmp/site-tts
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target "$SITE" .whl/*.whl
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade \
-  --target "$SITE" ./core ./plugins/omni-vibevoice
+source bench/speech_site.sh ./plugins/omni-vibevoice
 CKPT=${CKPT:-/tmp/vibevoice-ckpt}
 OUT=${OUT:-bench/results}
 name=$(printf '%s' "$*" | grep -o 'vibevoice-[a-z0-9.]*' | tr '\n' '+' | sed 's/+$//')
