@@ -24,7 +24,7 @@ from omni_core.bench import (
     select_workloads,
     write_random_model,
 )
-from omni_core.bench.measure import PSNR_IDENTICAL, compare
+from omni_core.bench.measure import PSNR_IDENTICAL, compare, psnr_fields
 from omni_core.bench.runner import ensure_checkpoint, parse_modes
 from omni_core.commands.bench import bench_pipeline
 from omni_core.contract.errors import ConfigError
@@ -240,6 +240,18 @@ def test_compare_identical_and_perturbed() -> None:
     facts = compare(a, b)
     assert 40 < facts["psnr_db"] < PSNR_IDENTICAL and facts["max_abs_diff"] == 1
     assert "error" in compare(a, a[:1])
+
+
+def test_constant_outputs_get_no_psnr() -> None:
+    """A random checkpoint whose output overflowed decodes to one constant image in every mode:
+    the rows must not read 100 dB (it was what the H200 Qwen-Image fp8 run first reported)."""
+    blank = np.zeros((1, 8, 8, 3), dtype=np.uint8)
+    fields = psnr_fields(blank, blank.copy(), "omni")
+    assert fields["psnr_vs_omni_db"] is None
+    assert "constant" in fields["compare_vs_omni_error"]
+    image = np.arange(192, dtype=np.uint8).reshape(1, 8, 8, 3)
+    assert psnr_fields(image, image.copy(), "omni")["psnr_vs_omni_db"] == PSNR_IDENTICAL
+    assert psnr_fields(blank, image, "omni")["psnr_vs_omni_db"] < 30
 
 
 def test_write_random_model_is_seeded_and_loadable(tmp_path: Path) -> None:
