@@ -12,6 +12,6 @@ set -euo pipefail
 source bench/speech_site.sh ./plugins/omni-qwen
 CKPT=${CKPT:-/tmp/qwen3-tts-ckpt}
 OUT=${OUT:-bench/results}
-name=$(printf '%s' "$*" | grep -o 'qwen3-tts-[a-z0-9.-]*' | tr '\n' '+' | sed 's/+$//')
+name=$(printf '%s' "$*" | grep -o 'qwen3-tts-[a-z0-9.-]*' | tr '\n' '+' | sed 's/+$//' || true)
 python3 bench/qwen3_tts_http_bench.py --checkpoint "$CKPT" --path http,websocket \
   --out "$OUT/qwen3-tts-http-${name:-all}.json" "$@"

@@ -16,7 +16,7 @@ set -euo pipefail
 source bench/speech_site.sh ./plugins/omni-vibevoice
 CKPT=${CKPT:-/tmp/vibevoice-ckpt}
 OUT=${OUT:-bench/results}
-name=$(printf '%s' "$*" | grep -o 'vibevoice-[a-z0-9.]*' | tr '\n' '+' | sed 's/+$//')
+name=$(printf '%s' "$*" | grep -o 'vibevoice-[a-z0-9.]*' | tr '\n' '+' | sed 's/+$//' || true)
 python3 bench/qwen3_tts_http_bench.py --checkpoint "$CKPT" --models vibevoice-1.5b \
   --concurrency 1,8,32 --frames 75 --path http \
   --out "$OUT/vibevoice-http-${name:-vibevoice-1.5b}.json" "$@"
