@@ -14,13 +14,7 @@
 # the machine stays warm). Writes $OUT/omni-realtime-h200.json (a run of the other model already
 # there is kept) and the raw `omni bench serve` result beside it.
 set -euo pipefail
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 OMNI_PLATFORM=${OMNI_PLATFORM-}
-SITE=/tmp/site-chat
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target "$SITE" .whl/*.whl
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade \
-  --target "$SITE" ./core ./plugins/omni-qwen
+SITE=/tmp/site-chat source bench/speech_site.sh ./plugins/omni-qwen
 CKPT=${CKPT:-/tmp/omni-chat-ckpt}
 OUT=${OUT:-bench/results}
 python3 bench/omni_chat_http_bench.py --checkpoint "$CKPT" --out "$OUT/omni-realtime-h200.json" "$@"

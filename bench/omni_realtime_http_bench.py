@@ -30,12 +30,15 @@ MODEL = "qwen2.5-omni-7b"
 
 
 def _level(url: str, key: str, concurrency: int, prompts: int, tokens: int, out: Path) -> dict:
-    argv = [
-        "bench", "serve", "--task", "realtime", "--base-url", url, "--api-key", key,
-        "--model", MODEL, "--max-concurrency", str(concurrency),
-        "--num-prompts", str(prompts * concurrency), "--warmup-requests", str(concurrency),
-        "--extra", json.dumps({"max_output_tokens": tokens}), "--output", str(out),
-    ]  # fmt: skip
+    def argv_for(url: str, key: str) -> list[str]:
+        return [
+            "bench", "serve", "--task", "realtime", "--base-url", url, "--api-key", key,
+            "--model", MODEL, "--max-concurrency", str(concurrency),
+            "--num-prompts", str(prompts * concurrency), "--warmup-requests", str(concurrency),
+            "--extra", json.dumps({"max_output_tokens": tokens}),
+        ]  # fmt: skip
+
+    argv = [*argv_for(url, key), "--output", str(out)]
     cmd = [sys.executable, "-c", "from omni_core.cli import main; main()", *argv]
     subprocess.run(cmd, check=True)
     from omni_core.bench.serve import percentile
@@ -55,10 +58,7 @@ def _level(url: str, key: str, concurrency: int, prompts: int, tokens: int, out:
         "first_audio_p95_s": percentile(ttfb, 95),
         "rtf": percentile(rtf, 50),
         "audio_s": (sum(r["audio_s"] for r in ok) / len(ok)) if ok else None,
-        "command": "omni "
-        + " ".join(a for a in argv[:-2] if a not in (url, key)).replace(
-            "--base-url --api-key", "--base-url URL --api-key KEY"
-        ),
+        "command": "omni " + " ".join(argv_for("URL", "KEY")),
         "summary_file": out.name,
     }
 
