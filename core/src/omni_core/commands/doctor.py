@@ -297,14 +297,29 @@ def render(report: dict[str, Any]) -> str:
 
 
 @click.command("doctor")
+@click.argument("model", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @config_options
-def doctor(as_json: bool, config_file: str | None, config_set: tuple[str, ...]) -> None:
-    """Show the selected platform and why, devices, versions and what is usable here."""
+def doctor(
+    model: str | None, as_json: bool, config_file: str | None, config_set: tuple[str, ...]
+) -> None:
+    """Show the selected platform and why, devices, versions and what is usable here.
+
+    With MODEL (a folder or a cached Hub id): also which pipeline serves it (a plugin's
+    first-class pipeline or the generic adapter) and which denoiser specs describe it.
+    """
     report = collect(config_file, config_set)
+    if model is not None:
+        from omni_core.commands.doctor_model import model_route, render_route
+        from omni_core.contract.host import get_registry
+
+        report["model"] = model_route(get_registry(), model)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        click.echo(render(report))
+        text = render(report)
+        if model is not None:
+            text += "\n\n" + "\n".join(render_route(report["model"]))
+        click.echo(text)
     if report["selected_platform"] is None:
         sys.exit(1)
