@@ -11,7 +11,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site \
-  ./core ./plugins/omni-wan ./plugins/omni-qwen ./plugins/omni-attention-fp8
+  ./core ./plugins/omni-wan ./plugins/omni-qwen ./plugins/omni-attention-fp8 ./plugins/omni-flux \
+  ./plugins/omni-zimage ./plugins/omni-hunyuan-video ./plugins/omni-ltx ./plugins/omni-stable-audio
 python3 - <<'PY'
 import torch, diffusers, transformers
 print("torch", torch.__version__, "diffusers", diffusers.__version__,

@@ -59,3 +59,24 @@ def test_list_plugins_names_the_family() -> None:
         "omni-hunyuan-video" in result.output and __version__ in result.output
     )
     assert "hunyuan-video-1.5-t2v" in result.output
+
+
+def test_the_tiny_benchmark_workload_matches_diffusers(tmp_path) -> None:
+    """``omni bench pipeline --workload tiny-hunyuan-video-1.5``: the workload builds, both
+    modes run on the same folder and omni's video equals diffusers' (PSNR of the frames), and
+    the real-size workload is registered beside it."""
+    import json
+
+    from omni_core.testing import assert_plugin_discoverable
+
+    registry = assert_plugin_discoverable("omni-hunyuan-video")
+    assert "hunyuan-video-1.5-480p-33f" in registry.benchmarks
+    out = tmp_path / "bench.json"
+    args = ["--workload", "tiny-hunyuan-video-1.5", "--reps", "0", "--device", "cpu"]
+    args += ["--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    result = run_cli("bench", "pipeline", *args)
+    assert result.exit_code == 0, result.output
+    rows = {row["mode"]: row for row in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"diffusers", "omni"}
+    assert rows["diffusers"]["output_std"] > 5, rows["diffusers"]
+    assert rows["omni"]["psnr_vs_diffusers_db"] >= 40, rows["omni"]

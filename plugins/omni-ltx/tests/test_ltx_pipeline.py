@@ -174,7 +174,7 @@ def test_registered_and_imports_only_faces(ltx_model) -> None:
     assert registry.pipelines["ltx-2-t2v"].architectures == ("LTX2Pipeline",)
     assert registry.pipelines["ltx-2-i2v"].architectures == ("LTX2ImageToVideoPipeline",)
     assert registry.denoiser_for("LTX2VideoTransformer3DModel") is not None
-    assert {"ltx-2-512x768x121", "tiny-ltx-2"} <= set(registry.benchmarks)
+    assert {"ltx-2-512x768x121", "ltx-2-512x768x49", "tiny-ltx-2"} <= set(registry.benchmarks)
     assert ltx_model.spec.name == "ltx-2-t2v"
     package = Path(omni_ltx.__file__).parent
     runtime = [p for p in package.glob("*.py") if p.stem not in ("testing", "bench")]

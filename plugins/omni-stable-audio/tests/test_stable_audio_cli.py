@@ -78,3 +78,24 @@ def test_an_empty_prompt_and_the_wrong_command_are_refused(audio_checkpoint, tmp
     )
     assert result.exit_code != 0 and "omni generate audio" in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_tiny_benchmark_workload_matches_diffusers(tmp_path) -> None:
+    """``omni bench pipeline --workload tiny-stable-audio``: the workload builds, both modes run
+    on the same folder and omni's clip equals diffusers' (PSNR of the 8-bit waveform), and the
+    real-size workload is registered beside it."""
+    import json
+
+    from omni_core.testing import assert_plugin_discoverable
+
+    assert "stable-audio-open-10s" in assert_plugin_discoverable("omni-stable-audio").benchmarks
+    out = tmp_path / "bench.json"
+    args = ["--workload", "tiny-stable-audio", "--reps", "0", "--device", "cpu"]
+    args += ["--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    result = run_cli("bench", "pipeline", *args)
+    assert result.exit_code == 0, result.output
+    rows = {row["mode"]: row for row in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"diffusers", "omni"}
+    assert rows["diffusers"]["output_shape"] == [1, 3200, 2]  # 0.2 s of stereo at 16 kHz
+    assert rows["diffusers"]["output_std"] > 5, rows["diffusers"]
+    assert rows["omni"]["psnr_vs_diffusers_db"] >= 40, rows["omni"]

@@ -1,6 +1,6 @@
 """omni plugin entry point of omni-hunyuan-video: registers the HunyuanVideo-1.5 text- and
-image-to-video pipelines and what acceleration needs to know about their transformer (lazily:
-no torch import)."""
+image-to-video pipelines, what acceleration needs to know about their transformer and the
+benchmark workloads (lazily: no torch import)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from omni_core import (
     PLUGIN_API_VERSION,
+    BenchmarkSpec,
     DenoiserSpec,
     PipelineCapabilities,
     PipelineSpec,
@@ -57,3 +58,25 @@ def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
             "blocks (compile and quantization scope).",
         )
     )
+
+
+@hookimpl
+def omni_register_benchmarks(register: Callable[[BenchmarkSpec], None]) -> None:
+    for name, attr, tiny, description in (
+        (
+            "hunyuan-video-1.5-480p-33f",
+            "HUNYUAN_VIDEO_480P",
+            False,
+            "HunyuanVideo-1.5 480x848, 33 frames, 20 steps",
+        ),
+        ("tiny-hunyuan-video-1.5", "TINY", True, "tiny HunyuanVideo-1.5 layout (CPU smoke test)"),
+    ):
+        register(
+            BenchmarkSpec(
+                name=name,
+                pipeline="hunyuan-video-1.5-t2v",
+                tiny=tiny,
+                implementation=f"omni_hunyuan_video.bench:{attr}",
+                description=description,
+            )
+        )

@@ -132,6 +132,18 @@ LTX2_512P = LTXWorkload(
     steps=30,
 )
 
+LTX2_512P_SHORT = LTXWorkload(
+    name="ltx-2-512x768x49",
+    description="LTX-2 text to video with sound, 512x768, 49 frames (2 s at 24 fps), 30 steps, "
+    "diffusers' default guidance: the real-size components of ltx-2-512x768x121 (a short clip: "
+    "its three modes fit one 10-minute run on one H200)",
+    real=True,
+    height=512,
+    width=768,
+    num_frames=49,
+    steps=30,
+)
+
 TINY = LTXWorkload(
     name="tiny-ltx-2",
     description="tiny LTX-2 layout (omni_ltx.testing), 32x32x5, 2 steps, CPU",

@@ -71,6 +71,7 @@ def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
 def omni_register_benchmarks(register: Callable[[BenchmarkSpec], None]) -> None:
     for name, attr, tiny, description in (
         ("ltx-2-512x768x121", "LTX2_512P", False, "LTX-2 512x768, 121 frames at 24 fps"),
+        ("ltx-2-512x768x49", "LTX2_512P_SHORT", False, "LTX-2 512x768, 49 frames at 24 fps"),
         ("tiny-ltx-2", "TINY", True, "tiny LTX-2 layout (CPU smoke test)"),
     ):
         register(

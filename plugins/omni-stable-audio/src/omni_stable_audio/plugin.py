@@ -1,6 +1,6 @@
 """omni plugin entry point of omni-stable-audio: registers the Stable Audio pipeline (task
-``t2a``: served on ``POST /v1/audio/generate``) and what acceleration needs to know about its
-DiT (lazily: no torch is imported here)."""
+``t2a``: served on ``POST /v1/audio/generate``), what acceleration needs to know about its
+DiT and the benchmark workloads (lazily: no torch is imported here)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from omni_core import (
     PLUGIN_API_VERSION,
+    BenchmarkSpec,
     DenoiserSpec,
     PipelineCapabilities,
     PipelineSpec,
@@ -44,3 +45,20 @@ def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
             "quantization scope).",
         )
     )
+
+
+@hookimpl
+def omni_register_benchmarks(register: Callable[[BenchmarkSpec], None]) -> None:
+    for name, attr, tiny, description in (
+        ("stable-audio-open-10s", "STABLE_AUDIO_OPEN_10S", False, "Stable Audio Open, 10 s"),
+        ("tiny-stable-audio", "TINY", True, "tiny Stable Audio layout (CPU smoke test)"),
+    ):
+        register(
+            BenchmarkSpec(
+                name=name,
+                pipeline="stable-audio",
+                tiny=tiny,
+                implementation=f"omni_stable_audio.bench:{attr}",
+                description=description,
+            )
+        )

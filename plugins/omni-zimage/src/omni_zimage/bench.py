@@ -80,6 +80,7 @@ class ZImageWorkload(Workload):
         self._replace(folder / "transformer", ZImageTransformer2DModel, transformer, seed=10)
         self._replace(folder / "vae", AutoencoderKL, _VAE, seed=2)
         qwen = Qwen3Config.from_pretrained(folder / "text_encoder").to_dict()
+        qwen.pop("layer_types", None)  # the tiny's per-layer list: rebuilt for 2 layers
         qwen.update(
             hidden_size=2560,
             intermediate_size=9728,
