@@ -64,6 +64,7 @@ class LTXWorkload(Workload):
 
         index = json.loads((folder / "text_encoder" / "config.json").read_text())
         text = {**index["text_config"], **_GEMMA_TEXT}
+        text.pop("layer_types", None)  # the tiny's per-layer list: rebuilt for the new depth
         config = Gemma3Config(text_config=text, vision_config=index["vision_config"])
         self._replace(folder / "text_encoder", Gemma3ForConditionalGeneration, config, seed=1)
         layers = self.blocks(48)
