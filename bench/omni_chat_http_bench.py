@@ -4,7 +4,7 @@ with the official ``openai`` client, and the same answers in-process, at 1, 2, 8
     bash bench/omni_chat_http.sh                                   # on the GPU machine
     bash bench/omni_chat_http.sh --model qwen3-omni-30b-a3b --option decode_graphs=on
     python3 bench/omni_chat_http_bench.py --tiny --concurrency 1,2 --text-concurrency 1 \\
-        --rounds 1 --out /tmp/omni-realtime-tiny.json              # CPU smoke run
+        --rounds 1 --out /tmp/omni-chat-tiny.json                      # CPU smoke run
 
 A checkpoint folder in the official layout is written once under ``--checkpoint`` (reused while
 complete): the model at the real sizes (``omni_chat_bench.real_config`` /
