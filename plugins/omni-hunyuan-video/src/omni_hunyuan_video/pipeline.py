@@ -38,6 +38,7 @@ from omni_core.diffusion import (
     activation_bytes,
     apply_acceleration,
     apply_offload,
+    parallelize_denoiser,
     route_attention,
 )
 from omni_hunyuan_video.extras import HunyuanVideoExtras
@@ -96,6 +97,9 @@ class HunyuanVideoPipeline(StagedPipeline):
         self.options = options
         self.device = options.device
         self.transformer = components["transformer"]
+        #: The transformer's forward as this rank's parallel layout runs it (CFG-parallel: the
+        #: ``[cond; uncond]`` rows split over two ranks, set by ``from_pretrained``).
+        self.forward: Any = self.transformer
         self.vae = components["vae"]
         self.scheduler = components["scheduler"]
         self.video_processor = HunyuanVideo15ImageProcessor(
@@ -150,6 +154,8 @@ class HunyuanVideoPipeline(StagedPipeline):
         offload = apply_offload({k: components[k] for k in placed}, options)
         pipeline = cls(layout, components, options)
         pipeline.accel, pipeline.offload = accel, offload
+        # CFG-parallel: a no-op outside a worker group; inside one, each rank runs half the rows
+        pipeline.forward = parallelize_denoiser(pipeline.transformer, options.attention)
         return pipeline
 
     @classmethod
@@ -269,13 +275,13 @@ class HunyuanVideoPipeline(StagedPipeline):
         if self.transformer.config.get("use_meanflow", False):  # the step-distilled checkpoints
             inputs["timestep_r"] = torch.cat(meanflow).to(x_dtype)
         if self.batch_rows:
-            out = self.transformer(**inputs, return_dict=False)[0]
+            out = self.forward(**inputs, return_dict=False)[0]
         else:  # a forward per row: low-precision kernels need not be batch-invariant
             out = torch.cat(
                 [
-                    self.transformer(
-                        **{k: v[r : r + 1] for k, v in inputs.items()}, return_dict=False
-                    )[0]
+                    self.forward(**{k: v[r : r + 1] for k, v in inputs.items()}, return_dict=False)[
+                        0
+                    ]
                     for r in range(rows)
                 ]
             )

@@ -27,8 +27,9 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             tasks=("t2v",),
             architectures=("HunyuanVideo15Pipeline",),
             extras="omni_hunyuan_video.extras:HunyuanVideoExtras",
-            # No CFG-parallel or Ulysses plan yet: one process per model.
-            capabilities=PipelineCapabilities(step_batching=True),
+            # CFG-parallel: the core's batch split of the [cond; uncond] rows. No Ulysses plan
+            # yet (the sequence plan of the double-stream blocks is not written).
+            capabilities=PipelineCapabilities(step_batching=True, cfg_parallel=True),
             description="HunyuanVideo-1.5 text-to-video (480p / 720p t2v checkpoints), sides "
             "in multiples of 16 px, 4k+1 frames at 24 fps.",
         )
@@ -40,7 +41,7 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             tasks=("i2v",),
             architectures=("HunyuanVideo15ImageToVideoPipeline",),
             extras="omni_hunyuan_video.extras:HunyuanVideoExtras",
-            capabilities=PipelineCapabilities(step_batching=True),
+            capabilities=PipelineCapabilities(step_batching=True, cfg_parallel=True),
             description="HunyuanVideo-1.5 image-to-video (480p / 720p i2v checkpoints): the "
             "image's size bucket, 4k+1 frames at 24 fps.",
         )

@@ -36,6 +36,7 @@ from omni_core.diffusion import (
     apply_offload,
     dtype_kwargs,
     load_device,
+    parallelize_denoiser,
     route_attention,
 )
 from omni_stable_audio.extras import StableAudioExtras
@@ -74,6 +75,9 @@ class StableAudioPipeline(StagedPipeline):
         self.options = options
         self.device = options.device
         self.transformer = components["transformer"]
+        #: The DiT's forward as this rank's parallel layout runs it (CFG-parallel: the
+        #: ``[uncond; cond]`` rows split over two ranks, set by ``from_pretrained``).
+        self.forward: Any = self.transformer
         self.vae = components["vae"]
         self.text_encoder = components["text_encoder"]
         self.projection = components["projection_model"]
@@ -110,6 +114,8 @@ class StableAudioPipeline(StagedPipeline):
         offload = apply_offload({k: components[k] for k in placed}, options)
         pipeline = cls(layout, components, options)
         pipeline.accel, pipeline.offload = accel, offload
+        # CFG-parallel: a no-op outside a worker group; inside one, each rank runs half the rows
+        pipeline.forward = parallelize_denoiser(pipeline.transformer, options.attention)
         return pipeline
 
     @classmethod
@@ -195,7 +201,7 @@ class StableAudioPipeline(StagedPipeline):
         timestep = torch.cat(ts)
         if bool((timestep == timestep[0]).all()):  # one timestep: diffusers' [1], broadcast
             timestep = timestep[:1]
-        out = self.transformer(
+        out = self.forward(
             torch.cat(xs),
             timestep,
             encoder_hidden_states=torch.cat(tokens),

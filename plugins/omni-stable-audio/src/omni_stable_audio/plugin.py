@@ -27,7 +27,8 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             tasks=("t2a",),
             architectures=("StableAudioPipeline",),
             extras="omni_stable_audio.extras:StableAudioExtras",
-            capabilities=PipelineCapabilities(step_batching=True),
+            # CFG-parallel: the core's batch split of the [uncond; cond] rows. No Ulysses plan.
+            capabilities=PipelineCapabilities(step_batching=True, cfg_parallel=True),
             description="Stable Audio Open text to audio (sound effects, music): stereo 44.1 "
             "kHz clips of up to 47 s, CFG with guidance_scale > 1.",
         )
