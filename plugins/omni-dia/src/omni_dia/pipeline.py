@@ -52,7 +52,7 @@ class DiaExtras(BaseModel):
         ge=17,
         le=8192,
         description="Decoder positions at most, as generate()'s max_new_tokens (the last 15 "
-        "finish the delayed codebooks); default: the generation config's max_length.",
+        "finish the delayed codebooks); default: the generation config's max_length + 15.",
     )
 
 
@@ -83,8 +83,9 @@ class DiaPipeline(AutoregressiveSpeechPipeline):
         )
         #: DAC frames of right context a streamed chunk waits for (its receptive field).
         self.lookahead = receptive_frames(self.dac.config)
-        #: Positions of one request (voice prompt + generated, delays and lookahead included).
-        self.max_len = longest + self.delay + 1 + self.lookahead
+        #: Positions of one request: a voice prompt as long as the default generation, which
+        #: generate() counts after the prompt (plus the delays and the lookahead).
+        self.max_len = 2 * longest + self.delay + 1 + self.lookahead
         extra = options.extra
         self.schedule = ChunkSchedule(
             first=int(extra.get("first_chunk_frames", 8)), rest=int(extra.get("chunk_frames", 32))
@@ -210,9 +211,9 @@ class DiaPipeline(AutoregressiveSpeechPipeline):
         valid = int(delayed.shape[0] - (delayed[:, 0] == self.pad).sum())
         forced = torch.full((self.delay + 1, delayed.shape[1]), self.pad, dtype=torch.long)
         forced[: delayed.shape[0] - valid] = delayed[valid:]
-        limit = request.extras.get("max_new_tokens")
-        # generate(): max_new_tokens counts from the prompt; max_length is absolute, plus delays
-        length = valid + int(limit) if limit else int(self.generation.max_length) + self.delay
+        # generate(): max_new_tokens, else the config's max_length plus the delays, after the prompt
+        limit = request.extras.get("max_new_tokens") or self.generation.max_new_tokens
+        length = valid + int(limit or self.generation.max_length + self.delay)
         if length + self.lookahead > self.max_len:
             raise InvalidRequestError(
                 f"the voice prompt and max_new_tokens need {length + self.lookahead} positions; "

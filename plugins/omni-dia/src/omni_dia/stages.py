@@ -98,11 +98,13 @@ class _CrossStates:
 
 
 class DiaDecoder(DecoderStage):
-    """The decoder's step on its own slot cache (conditioned row ``slot``, unconditioned row
-    ``slot + slots``: both in one forward), the logits processors of ``generate()``, sampling,
-    and the undelayed frame of every row."""
+    """The decoder's step on its own slot cache (a request's conditioned row in slot ``2 * slot``,
+    its unconditioned one in ``2 * slot + 1``: both in one forward), the logits processors of
+    ``generate()``, sampling, and the undelayed frames of every row."""
 
-    TABLES = ("position", "valid", "force_at", "temperature", "top_p", "top_k", "guide_k")
+    #: Per-request settings and counters, one device table each (indexed by slot).
+    COUNTS = ("position", "valid", "force_at", "top_k", "guide_k", "seed")
+    RATES = ("temperature", "top_p", "guidance")
 
     def __init__(
         self, model: DiaForConditionalGeneration, *, slots: int, max_len: int, lookahead: int
@@ -118,11 +120,8 @@ class DiaDecoder(DecoderStage):
         self.cache = SlotCache(2 * slots, max_len, device)
         self.cross = _CrossStates()
         long = {"dtype": torch.long, "device": device}
-        self.tables: dict[str, torch.Tensor] = {n: torch.zeros(slots, **long) for n in self.TABLES}
-        self.tables["temperature"] = torch.zeros(slots, device=device)
-        self.tables["top_p"] = torch.ones(slots, device=device)
-        self.tables["guidance"] = torch.ones(slots, device=device)
-        self.tables["seed"] = torch.zeros(slots, **long)
+        self.tables = {n: torch.zeros(slots, **long) for n in self.COUNTS}
+        self.tables.update({n: torch.zeros(slots, device=device) for n in self.RATES})
         #: The delayed codes of the last ``window`` positions (a ring by position), the voice
         #: prompt's codes still to force (pad: free), each channel's end countdown.
         self.history = torch.full((slots, self.window, self.channels), self.pad, **long)
@@ -145,7 +144,7 @@ class DiaDecoder(DecoderStage):
         """``ids [rows, new, channels]`` -> the last hidden state of the conditioned and the
         unconditioned rows, ``[2 * rows, hidden]``."""
         rows = [s.slot for s in states]
-        self.cache.bind(rows + [r + self.slots for r in rows], ids.shape[1])
+        self.cache.bind([2 * r for r in rows] + [2 * r + 1 for r in rows], ids.shape[1])
         dtype = self.model.dtype
         self.cross.build(states, dtype)
         out = self.model.model.decoder(
@@ -208,14 +207,17 @@ class DiaDecoder(DecoderStage):
         def per_channel(name: str) -> torch.Tensor:
             return self.tables[name][idx].repeat_interleave(self.channels)
 
-        raw = sample_rows(
-            scores,
-            temperature=per_channel("temperature"),
-            top_p=per_channel("top_p"),
-            top_k=per_channel("top_k"),
-            seeds=per_channel("seed"),
-            steps=(position[:, None] * self.channels + channel).reshape(-1),
-        ).view(rows, self.channels)
+        if all(s.data["temperature"] <= 0 for s in states):  # host facts: greedy rows only
+            raw = scores.argmax(-1).view(rows, self.channels)
+        else:
+            raw = sample_rows(
+                scores,
+                temperature=per_channel("temperature"),
+                top_p=per_channel("top_p"),
+                top_k=per_channel("top_k"),
+                seeds=per_channel("seed"),
+                steps=(position[:, None] * self.channels + channel).reshape(-1),
+            ).view(rows, self.channels)
         # finished channels say pad (generate's unfinished sequences); a voice prompt's codes
         # still due are forced in (its delay mask)
         finished = self.finished[idx]
@@ -241,9 +243,9 @@ class DiaDecoder(DecoderStage):
     def prefill(self, states: list[ARState], cache: SlotCache) -> StepOutput:
         idx = self._slots(states)
         for state in states:  # the slots may hold old requests
-            self.cache.reset_slot(state.slot)
-            self.cache.reset_slot(state.slot + self.slots)
-        for name in self.TABLES + ("guidance", "seed"):
+            self.cache.reset_slot(2 * state.slot)
+            self.cache.reset_slot(2 * state.slot + 1)
+        for name in (*self.COUNTS, *self.RATES):
             values = [s.data[name] for s in states]
             self.tables[name][idx] = torch.tensor(values, device=idx.device).to(self.tables[name])
         self.history[idx] = self.pad
