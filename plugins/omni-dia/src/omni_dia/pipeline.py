@@ -211,10 +211,13 @@ class DiaPipeline(AutoregressiveSpeechPipeline):
         valid = int(delayed.shape[0] - (delayed[:, 0] == self.pad).sum())
         forced = torch.full((self.delay + 1, delayed.shape[1]), self.pad, dtype=torch.long)
         forced[: delayed.shape[0] - valid] = delayed[valid:]
-        # generate(): max_new_tokens, else the config's max_length plus the delays, after the prompt
+        # generate(): max_new_tokens, else the config's max_length plus the delays, after the
+        # prompt; that default is cut to what the cache holds after a long voice prompt
         limit = request.extras.get("max_new_tokens") or self.generation.max_new_tokens
         length = valid + int(limit or self.generation.max_length + self.delay)
-        if length + self.lookahead > self.max_len:
+        if not limit:
+            length = min(length, self.max_len - self.lookahead)
+        if length + self.lookahead > self.max_len or length - valid <= self.delay + 1:
             raise InvalidRequestError(
                 f"the voice prompt and max_new_tokens need {length + self.lookahead} positions; "
                 f"this model holds {self.max_len}",
