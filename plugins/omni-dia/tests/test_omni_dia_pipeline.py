@@ -30,13 +30,14 @@ TRANSCRIPT = "[S1] Some words."
 ATOL = 1e-4
 
 
-def _omni_speech(omni: Omni, **fields: Any) -> tuple[torch.Tensor, np.ndarray, int]:
-    """(frames handed to the codec ``[channels, n]``, the audio, chunks) of one request."""
+def _omni_speech(omni: Omni, **fields: Any) -> tuple[torch.Tensor, np.ndarray, list[int]]:
+    """(frames handed to the codec ``[channels, n]``, the audio, each chunk's samples) of one
+    request."""
     stream = omni.pipeline.open(omni.request(**fields))
     chunks = [c.samples for c in stream]
     channels = omni.pipeline.model.config.decoder_config.num_channels
     audio = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
-    return stream.all_codes()[:channels].long(), audio, len(chunks)
+    return stream.all_codes()[:channels].long(), audio, [len(c) for c in chunks]
 
 
 def _voice() -> ReferenceVoice:
@@ -66,9 +67,10 @@ def test_streamed_chunks_are_the_whole_clip(omni: Omni, checkpoint: Path) -> Non
     """DAC is not causal: each chunk is decoded with its receptive field of frames on both
     sides, so the streamed deltas are the samples of the whole clip decoded at once."""
     _, expected = reference_generate(checkpoint, TEXTS[0])
-    assert expected.shape[0] > 8 * omni.pipeline.stages().codec.samples_per_frame
+    frame = omni.pipeline.stages().codec.samples_per_frame
+    assert expected.shape[0] > 8 * frame
     _, audio, chunks = _omni_speech(omni, prompt=TEXTS[0], temperature=0, stream=True)
-    assert chunks >= 2
+    assert len(chunks) >= 2 and chunks[0] == 8 * frame  # first_chunk_frames
     np.testing.assert_allclose(audio, expected.numpy(), atol=1e-5)
 
 

@@ -10,6 +10,7 @@ alone or batched, not the draws of torch's global generator).
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 from typing import Any, ClassVar
@@ -37,6 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from omni_dia.layout import load_processor
 from omni_dia.stages import DiaAudio, DiaDecoder, receptive_frames
 
+#: Request numbers: what the decoder stage keys a batch's cross-attention states by.
+_REQUESTS = itertools.count()
 #: Dia has no built-in speakers: this voice is the model unconditioned on any voice prompt
 #: (``[S1]``/``[S2]`` tags in the text pick the dialogue's turns, not a timbre).
 DEFAULT_VOICE = "default"
@@ -87,9 +90,9 @@ class DiaPipeline(AutoregressiveSpeechPipeline):
         #: generate() counts after the prompt (plus the delays and the lookahead).
         self.max_len = 2 * longest + self.delay + 1 + self.lookahead
         extra = options.extra
-        self.schedule = ChunkSchedule(
-            first=int(extra.get("first_chunk_frames", 8)), rest=int(extra.get("chunk_frames", 32))
-        )
+        # a request's first delay + lookahead steps hand no frame out yet
+        first = self.delay + self.lookahead + int(extra.get("first_chunk_frames", 8))
+        self.schedule = ChunkSchedule(first=first, rest=int(extra.get("chunk_frames", 32)))
 
     @classmethod
     def from_pretrained(cls, path: Path, options: PipelineOptions) -> DiaPipeline:
@@ -104,7 +107,8 @@ class DiaPipeline(AutoregressiveSpeechPipeline):
         return [Voice(id=DEFAULT_VOICE, name="Dia (no voice prompt)", language="en")]
 
     def warmup_fields(self) -> dict[str, Any]:
-        return {"prompt": "[S1] Hello.", "seed": 0, "extras": {"max_new_tokens": 24}}
+        """A short, bounded clip (random test weights may never end one)."""
+        return {"prompt": "[S1] Hello.", "seed": 0, "max_new_tokens": 32}
 
     def stages(self) -> SpeechStages:
         channels = self.model.config.decoder_config.num_channels
@@ -226,6 +230,7 @@ class DiaPipeline(AutoregressiveSpeechPipeline):
         data = {
             **self._encode(inputs["input_ids"]),
             **self._sampling(request),
+            "uid": next(_REQUESTS),
             "prefix": delayed[:valid].to(self.model.device),
             "forced": forced,
             "valid": valid,

@@ -59,7 +59,7 @@ class _CrossStates:
         self.mask: torch.Tensor | None = None
 
     def build(self, states: list[ARState], dtype: torch.dtype) -> None:
-        key = tuple(id(s) for s in states)
+        key = tuple(s.data["uid"] for s in states)
         if key == self.key:
             return
         longest = max(int(s.data["encoder"].shape[1]) for s in states)
