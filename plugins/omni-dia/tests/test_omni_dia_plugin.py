@@ -34,3 +34,19 @@ def test_list_plugins_names_omni_dia_with_its_version() -> None:
     assert result.exit_code == 0, result.output
     line = next(line for line in result.output.splitlines() if "omni-dia" in line)
     assert __version__ in line and "dia" in line.replace("omni-dia", "")
+
+
+def test_the_codec_is_the_one_the_processor_names(tmp_path: Path) -> None:
+    """DAC comes from ``processor_config.json``'s ``audio_tokenizer`` (the tiny checkpoint's
+    ``dac/`` folder), else ``audio_tokenizer_config.json``, else the published codec."""
+    import json
+
+    from omni_dia.layout import DAC_HUB, codec_name
+
+    assert codec_name(tmp_path) == DAC_HUB == "descript/dac_44khz"
+    entry = {"audio_tokenizer_class": "DacModel", "audio_tokenizer_name_or_path": "org/dac"}
+    (tmp_path / "audio_tokenizer_config.json").write_text(json.dumps(entry))
+    assert codec_name(tmp_path) == "org/dac"
+    processor = {"audio_tokenizer": {**entry, "audio_tokenizer_name_or_path": "dac"}}
+    (tmp_path / "processor_config.json").write_text(json.dumps(processor))
+    assert codec_name(tmp_path) == "dac"

@@ -10,21 +10,32 @@ from typing import Any
 
 #: The codec's folder inside a checkpoint folder (a relative ``audio_tokenizer_name_or_path``).
 DAC_FOLDER = "dac"
+#: The codec of the published checkpoints (DiaProcessor's own default).
+DAC_HUB = "descript/dac_44khz"
+
+
+def codec_name(path: Path) -> str:
+    """The DAC the processor names: ``processor_config.json``'s ``audio_tokenizer`` entry, else
+    ``audio_tokenizer_config.json`` (the two places transformers' processors keep it), else
+    :data:`DAC_HUB`."""
+    for name, nested in (("processor_config.json", True), ("audio_tokenizer_config.json", False)):
+        config = path / name
+        if config.is_file():
+            data = json.loads(config.read_text())
+            entry = data.get("audio_tokenizer") if nested else data
+            if isinstance(entry, dict) and entry.get("audio_tokenizer_name_or_path"):
+                return str(entry["audio_tokenizer_name_or_path"])
+    return DAC_HUB
 
 
 def load_processor(path: Path | str) -> Any:
-    """transformers' ``DiaProcessor`` of a checkpoint folder, its DAC from the folder the
-    processor config names (relative to the checkpoint, or a Hub id)."""
+    """transformers' ``DiaProcessor`` of a checkpoint folder, its DAC from the folder or Hub
+    id the processor names (a relative folder: inside the checkpoint)."""
     from transformers import DacModel, DiaFeatureExtractor, DiaProcessor, DiaTokenizer
 
     path = Path(path)
-    named = DAC_FOLDER
-    config = path / "processor_config.json"
-    if config.is_file():
-        data = json.loads(config.read_text())
-        named = data.get("audio_tokenizer", {}).get("audio_tokenizer_name_or_path", named)
+    named = codec_name(path)
     local = path / named
     dac = DacModel.from_pretrained(local if local.is_dir() else named).eval()
-    return DiaProcessor(
-        DiaFeatureExtractor.from_pretrained(path), DiaTokenizer.from_pretrained(path), dac
-    )
+    extractor = DiaFeatureExtractor.from_pretrained(path)
+    return DiaProcessor(extractor, DiaTokenizer.from_pretrained(path), dac)

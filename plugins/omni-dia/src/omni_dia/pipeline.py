@@ -64,7 +64,8 @@ class DiaPipeline(AutoregressiveSpeechPipeline):
 
     extras_model = DiaExtras
     load_options: ClassVar[dict[str, str]] = {
-        "first_chunk_frames": "DAC frames in the first streamed chunk (default 8, 93 ms)",
+        "first_chunk_frames": "DAC frames in the first streamed chunk (default 8, 93 ms; "
+        "handed out after the 15 delay steps and the codec's lookahead)",
         "chunk_frames": "DAC frames in each later chunk (default 32)",
     }
     #: Voice prompts: reference audio and its transcript (uploaded, or ``ref_audio`` +
