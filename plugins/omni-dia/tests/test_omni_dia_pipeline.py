@@ -56,6 +56,15 @@ def test_greedy_speech_equals_transformers_generate(omni: Omni, checkpoint: Path
         np.testing.assert_allclose(audio, expected.numpy(), atol=ATOL)
         lengths.add(frames.shape[1])
     assert len(lengths) == len(TEXTS)  # each clip ended on its own, at its own length
+    # no guidance (guidance_scale 1: generate() runs the conditioned rows alone)
+    frames, expected = reference_generate(checkpoint, TEXTS[0], guidance_scale=1.0)
+    codes, audio, _ = _omni_speech(omni, prompt=TEXTS[0], temperature=0, guidance_scale=1)
+    assert torch.equal(codes, frames.long())
+    np.testing.assert_allclose(audio, expected.numpy(), atol=ATOL)
+    # ... where this text ends at once (generate()'s first position is channel 0's end, which
+    # batch_decode cannot decode): no audio, no error
+    _, audio, _ = _omni_speech(omni, prompt=TEXTS[1], temperature=0, guidance_scale=1)
+    assert audio.size == 0
     # generate()'s max_new_tokens: channel 0 is made to end 15 positions before it
     frames, expected = reference_generate(checkpoint, TEXTS[2], max_new_tokens=20)
     codes, audio, _ = _omni_speech(omni, prompt=TEXTS[2], temperature=0, max_new_tokens=20)
