@@ -50,3 +50,10 @@ def test_the_codec_is_the_one_the_processor_names(tmp_path: Path) -> None:
     processor = {"audio_tokenizer": {**entry, "audio_tokenizer_name_or_path": "dac"}}
     (tmp_path / "processor_config.json").write_text(json.dumps(processor))
     assert codec_name(tmp_path) == "dac"
+
+
+def test_omni_voices_lists_dias_one_voice_without_a_model() -> None:
+    result = run_cli("voices")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[lines.index("dia:") + 1].split() == ["default", "[en]"]

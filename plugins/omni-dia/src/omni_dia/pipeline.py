@@ -104,8 +104,13 @@ class DiaPipeline(AutoregressiveSpeechPipeline):
         model = DiaForConditionalGeneration.from_pretrained(path, dtype=options.dtype)
         return cls(model.to(options.device).eval(), load_processor(path), options)
 
-    def voices(self) -> list[Voice]:
+    @classmethod
+    def known_voices(cls) -> list[Voice] | None:
+        """Every checkpoint's one voice (``omni voices`` lists it without loading weights)."""
         return [Voice(id=DEFAULT_VOICE, name="Dia (no voice prompt)", language="en")]
+
+    def voices(self) -> list[Voice]:
+        return list(self.known_voices() or [])
 
     def warmup_fields(self) -> dict[str, Any]:
         """A short, bounded clip (random test weights may never end one)."""
