@@ -129,3 +129,59 @@ def test_bad_input_is_a_400_with_an_openai_error(client: Any, url: str) -> None:
     response = _upload(url, "bob")  # no transcript: Dia cannot clone from audio alone
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == "transcript"
+
+
+def test_sse_deltas_arrive_as_chunks_and_make_the_whole_clip(client: Any, url: str) -> None:
+    """``stream_format: sse``: the first delta is the first 8 frames (``first_chunk_frames``),
+    the rest follow; together they are the whole answer's PCM."""
+    import base64
+    import json
+
+    body = {"model": "dia", "voice": "default", "input": TEXT, "temperature": 0}
+    whole = client.audio.speech.create(
+        model="dia", voice="default", input=TEXT, response_format="pcm",
+        extra_body={"temperature": 0},
+    ).content  # fmt: skip
+    deltas, done = [], None
+    sse = {**body, "response_format": "pcm", "stream_format": "sse"}
+    with httpx.stream("POST", f"{url}/v1/audio/speech", json=sse, timeout=60) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                event = json.loads(line[len("data: ") :])
+                if event["type"] == "speech.audio.delta":
+                    deltas.append(base64.b64decode(event["audio"]))
+                else:
+                    done = event
+    assert done is not None and done["type"] == "speech.audio.done", done
+    assert len(deltas) >= 2 and len(deltas[0]) == 2 * 8 * 8  # 8 frames of 8 samples, 16-bit
+    assert b"".join(deltas) == whole
+
+
+def test_omni_generate_speech_clones_as_the_server_does(
+    client: Any, url: str, checkpoint: Path, tmp_path: Path
+) -> None:
+    """``--ref-audio FILE --ref-text TEXT`` is the body's voice prompt: the CLI's WAV holds the
+    samples the server's holds for an uploaded voice of the same audio, seeded (sampled)."""
+    from omni_core.testing import run_cli
+
+    assert _upload(url, "carol", transcript=TRANSCRIPT).status_code == 201
+    voice_file = tmp_path / "carol.wav"
+    voice_file.write_bytes(_wav(VOICE))
+    target = tmp_path / "cloned.wav"
+    args = ["generate", "speech", TEXT, "--model", str(checkpoint), "--device", "cpu"]
+    args += ["--ref-audio", str(voice_file), "--ref-text", TRANSCRIPT, "--seed", "3"]
+    result = run_cli(*args, "-o", str(target), "-q")
+    assert result.exit_code == 0, result.output
+    served = client.audio.speech.create(
+        model="dia", voice="carol", input=TEXT, response_format="wav", extra_body={"seed": 3}
+    ).content
+
+    def samples(raw: bytes) -> np.ndarray:
+        with wave.open(io.BytesIO(raw)) as handle:
+            assert handle.getframerate() == 44100
+            return np.frombuffer(handle.readframes(handle.getnframes()), "<i2")
+
+    mine = samples(target.read_bytes())
+    assert mine.size > 0
+    np.testing.assert_array_equal(mine, samples(served))
