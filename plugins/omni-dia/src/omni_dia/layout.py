@@ -36,6 +36,7 @@ def load_processor(path: Path | str) -> Any:
     path = Path(path)
     named = codec_name(path)
     local = path / named
-    dac = DacModel.from_pretrained(local if local.is_dir() else named).eval()
+    source = local if local.is_dir() else named
+    dac = DacModel.from_pretrained(source, use_safetensors=True).eval()
     extractor = DiaFeatureExtractor.from_pretrained(path)
     return DiaProcessor(extractor, DiaTokenizer.from_pretrained(path), dac)

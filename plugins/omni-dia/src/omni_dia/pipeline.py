@@ -101,7 +101,9 @@ class DiaPipeline(AutoregressiveSpeechPipeline):
 
         if not (Path(path) / "config.json").is_file():
             raise ModelNotFoundError(f"{path} has no config.json")
-        model = DiaForConditionalGeneration.from_pretrained(path, dtype=options.dtype)
+        model = DiaForConditionalGeneration.from_pretrained(
+            path, dtype=options.dtype, use_safetensors=True
+        )
         return cls(model.to(options.device).eval(), load_processor(path), options)
 
     @classmethod
