@@ -476,8 +476,8 @@ def versions() -> dict[str, Any]:
 
     out: dict[str, Any] = {"python": platform.python_version()}
     for name in (
-        "omni-core", "omni-qwen", "omni-vibevoice", "torch", "diffusers", "transformers",
-        "fastapi", "uvicorn", "starlette", "openai", "httpx", "websockets",
+        "omni-core", "omni-qwen", "omni-vibevoice", "omni-dia", "torch", "diffusers",
+        "transformers", "fastapi", "uvicorn", "starlette", "openai", "httpx", "websockets",
     ):  # fmt: skip
         try:
             out[name] = version(name)

@@ -5,6 +5,8 @@ request asks so that it makes exactly N frames (random weights never say when to
     Qwen3-TTS (omni-qwen): ``min_new_tokens`` holds the end token back; 12.5 frames a second.
     VibeVoice (omni-vibevoice): ``omni_vibevoice.bench.build_random_vibevoice`` writes a model
     whose every step is speech, so ``max_new_tokens`` frames are made; 7.5 frames a second.
+    Dia (omni-dia): ``omni_dia.bench.build_random_dia``; random weights never end a clip, so
+    ``max_new_tokens`` positions make ``max_new_tokens - 16`` frames; 44100 / 512 a second.
 """
 
 from __future__ import annotations
@@ -149,6 +151,19 @@ def _vibevoice_frames(frames: int) -> dict[str, Any]:
     return {"max_new_tokens": frames}  # every step of the random model is a frame
 
 
+# -- Dia --------------------------------------------------------------------------------------
+
+
+def _dia(folder: Path, tiny: bool, device: str) -> Path:
+    from omni_dia.bench import build_random_dia
+
+    return build_random_dia(folder, size="tiny" if tiny else "1.6b", device=device)
+
+
+def _dia_frames(frames: int) -> dict[str, Any]:
+    return {"max_new_tokens": frames + 16}  # the first 15 positions fill the delayed codebooks
+
+
 #: Served id -> what it is.
 MODELS: dict[str, BenchModel] = {
     "qwen3-tts-1.7b-customvoice": BenchModel(
@@ -166,6 +181,7 @@ MODELS: dict[str, BenchModel] = {
     "vibevoice-7b": BenchModel(
         "omni-vibevoice", _vibevoice("7b"), "speaker_0", _vibevoice_frames, 1 / 7.5
     ),
+    "dia-1.6b": BenchModel("omni-dia", _dia, "default", _dia_frames, 512 / 44100),
 }
 
 
