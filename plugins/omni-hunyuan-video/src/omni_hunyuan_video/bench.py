@@ -106,22 +106,37 @@ class HunyuanVideoWorkload(Workload):
         return reference.to(device)
 
     def run_reference(self, reference: Any, request: dict[str, Any], on_step: Any = None) -> Any:
-        """diffusers takes the CFG scale from its guider (no ``guidance_scale`` argument, and
-        no step callback), so the guider is set to the request's scale."""
+        """diffusers takes the CFG scale from its guider (no ``guidance_scale`` argument), so
+        the guider is set to the request's scale. Its pipeline takes no step callback either:
+        ``on_step`` follows each scheduler step instead (one per denoising step, after the
+        step's transformer forwards)."""
         import torch
         from diffusers import ClassifierFreeGuidance
 
         reference.guider = ClassifierFreeGuidance(guidance_scale=request["guidance_scale"])
-        return reference(
-            prompt=request["prompt"],
-            negative_prompt=request["negative_prompt"],
-            height=request["height"],
-            width=request["width"],
-            num_frames=request["num_frames"],
-            num_inference_steps=request["num_inference_steps"],
-            generator=torch.Generator("cpu").manual_seed(request["seed"]),
-            output_type="np",
-        )
+        scheduler = reference.scheduler
+        if on_step is not None:
+            plain = scheduler.step
+
+            def step(*args: Any, **kwargs: Any) -> Any:
+                out = plain(*args, **kwargs)
+                on_step()
+                return out
+
+            scheduler.step = step
+        try:
+            return reference(
+                prompt=request["prompt"],
+                negative_prompt=request["negative_prompt"],
+                height=request["height"],
+                width=request["width"],
+                num_frames=request["num_frames"],
+                num_inference_steps=request["num_inference_steps"],
+                generator=torch.Generator("cpu").manual_seed(request["seed"]),
+                output_type="np",
+            )
+        finally:
+            scheduler.__dict__.pop("step", None)  # the class's own step again
 
 
 HUNYUAN_VIDEO_480P = HunyuanVideoWorkload(

@@ -142,6 +142,7 @@ STABLE_AUDIO_OPEN_10S = StableAudioWorkload(
 
 TINY = StableAudioWorkload(
     name="tiny-stable-audio",
-    description="tiny Stable Audio layout (omni_stable_audio.testing), 0.2 s, 3 steps, CPU",
+    description="tiny Stable Audio layout (omni_stable_audio.testing), 0.2 s, 2 steps, CPU",
+    steps=2,
     checkpoint_dtype="float32",
 )
