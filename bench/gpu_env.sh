@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Source this on the GPU machine (python 3.12, torch with CUDA, no registry access) from the repo
 # root: it installs the carried wheels (.whl: diffusers, pydantic, fastapi, ...) and omni's own
-# packages (not editable, so their `omni` entry points are real) into /tmp/site. fp8-cudnn also
+# packages (not editable, so their `omni` entry points are real) into /tmp/site. The wheels:
+#   ../shared/tools/device-wheels.sh transformers==5.24.0 huggingface_hub==2.4.0 tokenizers==0.23.3 \
+#     hf-xet==1.8.0 httpx2 httpcore2 truststore h11 anyio sniffio idna certifi httpx httpcore \
+#     torchsde==0.2.6 trampoline==0.1.2   # hub 2.x needs httpx2; Stable Audio's solver torchsde
+# (source this file itself, not through a pipe: a pipe runs it in a subshell). fp8-cudnn also
 # needs the cudnn frontend among the carried wheels, fetched beforehand where the index is
 # reachable: pip download nvidia-cudnn-frontend==1.32.0 --no-deps --only-binary=:all: \
 #   --python-version 3.12 --platform manylinux_2_28_x86_64 -d .whl
