@@ -19,6 +19,7 @@ reference's output, :meth:`omni_frames` omni's :class:`~omni_core.GenerationResu
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,6 +136,15 @@ class Workload(ABC):
         return write_random_model(
             model_cls, config, folder, dtype=self.checkpoint_dtype, seed=seed, device=device
         )
+
+    def replace_with_random_model(
+        self, folder: Path, model_cls: Any, config: Any, *, seed: int = 0
+    ) -> int:
+        """Swap the component in ``folder`` (a tiny builder's) for ``model_cls(config)`` with
+        seeded random weights: the folder is removed first, so no stale shard or index stays
+        beside the new ones. Returns the parameter count."""
+        shutil.rmtree(folder, ignore_errors=True)
+        return self.write_random_model(model_cls, config, folder, seed=seed)
 
 
 def to_uint8_frames(value: Any) -> np.ndarray:

@@ -12,7 +12,6 @@ folder, with the same embedded guidance and seed.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,8 +81,10 @@ class FluxWorkload(Workload):
             "num_layers": self.blocks(_TRANSFORMER["num_layers"]),
             "num_single_layers": self.blocks(_TRANSFORMER["num_single_layers"]),
         }
-        self._replace(folder / "transformer", FluxTransformer2DModel, transformer, seed=10)
-        self._replace(folder / "vae", AutoencoderKL, _VAE, seed=2)
+        self.replace_with_random_model(
+            folder / "transformer", FluxTransformer2DModel, transformer, seed=10
+        )
+        self.replace_with_random_model(folder / "vae", AutoencoderKL, _VAE, seed=2)
         clip = CLIPTextConfig.from_pretrained(folder / "text_encoder").to_dict()
         clip.update(
             hidden_size=768,
@@ -92,15 +93,15 @@ class FluxWorkload(Workload):
             num_attention_heads=12,
             projection_dim=768,
         )
-        self._replace(folder / "text_encoder", CLIPTextModel, CLIPTextConfig(**clip), seed=1)
+        self.replace_with_random_model(
+            folder / "text_encoder", CLIPTextModel, CLIPTextConfig(**clip), seed=1
+        )
         t5 = T5Config.from_pretrained(folder / "text_encoder_2").to_dict()
         t5.update(d_model=4096, d_kv=64, d_ff=10240, num_layers=1, num_heads=64)
         t5["relative_attention_num_buckets"] = 32
-        self._replace(folder / "text_encoder_2", T5EncoderModel, T5Config(**t5), seed=3)
-
-    def _replace(self, folder: Path, cls: Any, config: Any, *, seed: int) -> None:
-        shutil.rmtree(folder)
-        self.write_random_model(cls, config, folder, seed=seed)
+        self.replace_with_random_model(
+            folder / "text_encoder_2", T5EncoderModel, T5Config(**t5), seed=3
+        )
 
     def request(self) -> dict[str, Any]:
         return {

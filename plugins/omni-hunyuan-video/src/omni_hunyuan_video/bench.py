@@ -13,7 +13,6 @@ diffusers' ``HunyuanVideo15Pipeline`` from the same folder, with the same seed.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,18 +71,18 @@ class HunyuanVideoWorkload(Workload):
         qwen = Qwen2_5_VLTextConfig.from_pretrained(folder / "text_encoder").to_dict()
         qwen.pop("layer_types", None)  # the tiny's per-layer list: rebuilt for the new depth
         qwen.update(_QWEN_TEXT)
-        self._replace(
+        self.replace_with_random_model(
             folder / "text_encoder", Qwen2_5_VLTextModel, Qwen2_5_VLTextConfig(**qwen), seed=1
         )
         byt5 = {**T5Config.from_pretrained(folder / "text_encoder_2").to_dict(), **_BYT5}
-        self._replace(folder / "text_encoder_2", T5EncoderModel, T5Config(**byt5), seed=2)
+        self.replace_with_random_model(
+            folder / "text_encoder_2", T5EncoderModel, T5Config(**byt5), seed=2
+        )
         transformer = {**_TRANSFORMER, "num_layers": self.blocks(54)}
-        self._replace(folder / "transformer", HunyuanVideo15Transformer3DModel, transformer, seed=3)
-        self._replace(folder / "vae", AutoencoderKLHunyuanVideo15, {}, seed=4)
-
-    def _replace(self, folder: Path, cls: Any, config: Any, *, seed: int) -> None:
-        shutil.rmtree(folder)
-        self.write_random_model(cls, config, folder, seed=seed)
+        self.replace_with_random_model(
+            folder / "transformer", HunyuanVideo15Transformer3DModel, transformer, seed=3
+        )
+        self.replace_with_random_model(folder / "vae", AutoencoderKLHunyuanVideo15, {}, seed=4)
 
     def request(self) -> dict[str, Any]:
         return {

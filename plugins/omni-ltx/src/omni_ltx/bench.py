@@ -13,7 +13,6 @@ connectors see). Weights are random (seeded) bf16. The reference is diffusers'
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,20 +65,20 @@ class LTXWorkload(Workload):
         text = {**index["text_config"], **_GEMMA_TEXT}
         text.pop("layer_types", None)  # the tiny's per-layer list: rebuilt for the new depth
         config = Gemma3Config(text_config=text, vision_config=index["vision_config"])
-        self._replace(folder / "text_encoder", Gemma3ForConditionalGeneration, config, seed=1)
+        self.replace_with_random_model(
+            folder / "text_encoder", Gemma3ForConditionalGeneration, config, seed=1
+        )
         layers = self.blocks(48)
         connectors = {"text_proj_in_factor": _GEMMA_TEXT["num_hidden_layers"] + 1}
-        self._replace(folder / "connectors", LTX2TextConnectors, connectors, seed=2)
-        self._replace(
+        self.replace_with_random_model(
+            folder / "connectors", LTX2TextConnectors, connectors, seed=2
+        )
+        self.replace_with_random_model(
             folder / "transformer", LTX2VideoTransformer3DModel, {"num_layers": layers}, seed=3
         )
-        self._replace(folder / "vae", AutoencoderKLLTX2Video, {}, seed=4)
-        self._replace(folder / "audio_vae", AutoencoderKLLTX2Audio, {}, seed=5)
-        self._replace(folder / "vocoder", LTX2Vocoder, {}, seed=6)
-
-    def _replace(self, folder: Path, cls: Any, config: Any, *, seed: int) -> None:
-        shutil.rmtree(folder)
-        self.write_random_model(cls, config, folder, seed=seed)
+        self.replace_with_random_model(folder / "vae", AutoencoderKLLTX2Video, {}, seed=4)
+        self.replace_with_random_model(folder / "audio_vae", AutoencoderKLLTX2Audio, {}, seed=5)
+        self.replace_with_random_model(folder / "vocoder", LTX2Vocoder, {}, seed=6)
 
     def request(self) -> dict[str, Any]:
         return {

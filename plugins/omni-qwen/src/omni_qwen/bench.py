@@ -10,7 +10,6 @@ diffusers' ``QwenImagePipeline`` from the same folder, with true CFG and the sam
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,14 +76,16 @@ class QwenImageWorkload(Workload):
         from transformers import Qwen2_5_VLForConditionalGeneration
 
         transformer = {**_TRANSFORMER, "num_layers": self.blocks(_TRANSFORMER["num_layers"])}
-        self._replace(folder / "transformer", QwenImageTransformer2DModel, transformer, seed=10)
-        self._replace(folder / "vae", AutoencoderKLQwenImage, {}, seed=2)  # the real defaults
+        self.replace_with_random_model(
+            folder / "transformer", QwenImageTransformer2DModel, transformer, seed=10
+        )
+        self.replace_with_random_model(
+            folder / "vae", AutoencoderKLQwenImage, {}, seed=2
+        )  # the real defaults
         config = _text_encoder_config(folder / "text_encoder")
-        self._replace(folder / "text_encoder", Qwen2_5_VLForConditionalGeneration, config, seed=1)
-
-    def _replace(self, folder: Path, cls: Any, config: Any, *, seed: int) -> None:
-        shutil.rmtree(folder)
-        self.write_random_model(cls, config, folder, seed=seed)
+        self.replace_with_random_model(
+            folder / "text_encoder", Qwen2_5_VLForConditionalGeneration, config, seed=1
+        )
 
     def request(self) -> dict[str, Any]:
         return {

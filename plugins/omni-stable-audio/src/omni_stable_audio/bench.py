@@ -15,7 +15,6 @@ tests hold the float waveform to 1e-4.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,15 +71,17 @@ class StableAudioWorkload(Workload):
         from transformers import T5Config, T5EncoderModel
 
         t5 = {**T5Config.from_pretrained(folder / "text_encoder").to_dict(), **_T5_BASE}
-        self._replace(folder / "text_encoder", T5EncoderModel, T5Config(**t5), seed=1)
-        self._replace(folder / "projection_model", StableAudioProjectionModel, _PROJECTION, seed=2)
+        self.replace_with_random_model(
+            folder / "text_encoder", T5EncoderModel, T5Config(**t5), seed=1
+        )
+        self.replace_with_random_model(
+            folder / "projection_model", StableAudioProjectionModel, _PROJECTION, seed=2
+        )
         transformer = {"num_layers": self.blocks(24)}
-        self._replace(folder / "transformer", StableAudioDiTModel, transformer, seed=3)
-        self._replace(folder / "vae", AutoencoderOobleck, {}, seed=4)
-
-    def _replace(self, folder: Path, cls: Any, config: Any, *, seed: int) -> None:
-        shutil.rmtree(folder)
-        self.write_random_model(cls, config, folder, seed=seed)
+        self.replace_with_random_model(
+            folder / "transformer", StableAudioDiTModel, transformer, seed=3
+        )
+        self.replace_with_random_model(folder / "vae", AutoencoderOobleck, {}, seed=4)
 
     def request(self) -> dict[str, Any]:
         return {

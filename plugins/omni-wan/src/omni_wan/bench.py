@@ -11,7 +11,6 @@ VAE in float32 as omni keeps it (and as diffusers' Wan docs recommend).
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,20 +93,20 @@ class WanWorkload(Workload):
             from diffusers import WanTransformer3DModel
 
             config = {**self.transformer, "num_layers": self.blocks(self.transformer["num_layers"])}
-            self._replace(folder / "transformer", WanTransformer3DModel, config, seed=10)
+            self.replace_with_random_model(
+                folder / "transformer", WanTransformer3DModel, config, seed=10
+            )
         if self.vae is not None:
             from diffusers import AutoencoderKLWan
 
-            self._replace(folder / "vae", AutoencoderKLWan, dict(self.vae), seed=2)
+            self.replace_with_random_model(folder / "vae", AutoencoderKLWan, dict(self.vae), seed=2)
         if self.text_encoder is not None:
             from transformers import UMT5Config, UMT5EncoderModel
 
             config = UMT5Config(**self.text_encoder)
-            self._replace(folder / "text_encoder", UMT5EncoderModel, config, seed=1)
-
-    def _replace(self, folder: Path, cls: Any, config: Any, *, seed: int) -> None:
-        shutil.rmtree(folder)
-        self.write_random_model(cls, config, folder, seed=seed)
+            self.replace_with_random_model(
+                folder / "text_encoder", UMT5EncoderModel, config, seed=1
+            )
 
     def request(self) -> dict[str, Any]:
         return {

@@ -12,7 +12,6 @@ reference is diffusers' ``ZImagePipeline`` from the same folder, with the same s
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,8 +76,10 @@ class ZImageWorkload(Workload):
         from transformers import Qwen3Config, Qwen3Model
 
         transformer = {**_TRANSFORMER, "n_layers": self.blocks(_TRANSFORMER["n_layers"])}
-        self._replace(folder / "transformer", ZImageTransformer2DModel, transformer, seed=10)
-        self._replace(folder / "vae", AutoencoderKL, _VAE, seed=2)
+        self.replace_with_random_model(
+            folder / "transformer", ZImageTransformer2DModel, transformer, seed=10
+        )
+        self.replace_with_random_model(folder / "vae", AutoencoderKL, _VAE, seed=2)
         qwen = Qwen3Config.from_pretrained(folder / "text_encoder").to_dict()
         qwen.pop("layer_types", None)  # the tiny's per-layer list: rebuilt for 2 layers
         qwen.update(
@@ -89,11 +90,9 @@ class ZImageWorkload(Workload):
             num_key_value_heads=8,
             head_dim=128,
         )
-        self._replace(folder / "text_encoder", Qwen3Model, Qwen3Config(**qwen), seed=1)
-
-    def _replace(self, folder: Path, cls: Any, config: Any, *, seed: int) -> None:
-        shutil.rmtree(folder)
-        self.write_random_model(cls, config, folder, seed=seed)
+        self.replace_with_random_model(
+            folder / "text_encoder", Qwen3Model, Qwen3Config(**qwen), seed=1
+        )
 
     def request(self) -> dict[str, Any]:
         return {
