@@ -8,8 +8,6 @@ channel-0 end logit is scaled so that its clips end on their own (after 10-35 po
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 from omni_core import InvalidRequestError, Omni
-from omni_core.runtime import Engine
 from omni_core.speech import ReferenceVoice
+from omni_core.testing import run_queued_together
 
 from omni_dia.testing import reference_generate
 
@@ -114,17 +112,7 @@ def test_requests_batched_by_the_engine_equal_each_alone(omni: Omni, checkpoint:
     alone = [_omni_speech(omni, **a)[1] for a in asks]
     runtime = omni.pipeline.shared_runtime()
     steps, rows = runtime.steps, runtime.rows
-    engine = Engine(omni.pipeline, name="dia")
-    with ThreadPoolExecutor(len(asks)) as pool:
-        futures = [pool.submit(engine.run, omni.request(**a), 60) for a in asks]
-        deadline = time.monotonic() + 30
-        while engine.queue_depth < len(asks) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        engine.start()
-        try:
-            results = [f.result(60) for f in futures]
-        finally:
-            engine.stop()
+    results = run_queued_together(omni, asks, name="dia")
     assert runtime.rows - rows > runtime.steps - steps  # requests shared decode steps
     for result, audio in zip(results, alone, strict=True):
         assert result.audio.shape == audio.shape and audio.size > 0

@@ -7,8 +7,6 @@ end), so every path of the reference's step runs here.
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 from omni_core import InvalidRequestError, Omni
-from omni_core.runtime import Engine
 from omni_core.speech import ReferenceVoice
+from omni_core.testing import run_queued_together
 
 from omni_vibevoice.testing import build_tiny_vibevoice, reference_audio
 
@@ -93,17 +91,7 @@ def test_requests_batched_by_the_engine_equal_each_alone(omni: Omni, checkpoint:
     expected = [_reference(omni, checkpoint, a["prompt"], a["seed"], a["voice"])[1] for a in asks]
     runtime = omni.pipeline.shared_runtime()
     steps, rows = runtime.steps, runtime.rows
-    engine = Engine(omni.pipeline, name="vibevoice")
-    with ThreadPoolExecutor(len(asks)) as pool:
-        futures = [pool.submit(engine.run, omni.request(**a), 60) for a in asks]
-        deadline = time.monotonic() + 30
-        while engine.queue_depth < len(asks) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        engine.start()
-        try:
-            results = [f.result(60) for f in futures]
-        finally:
-            engine.stop()
+    results = run_queued_together(omni, asks, name="vibevoice")
     assert runtime.rows - rows > runtime.steps - steps  # requests shared decode steps
     for result, audio in zip(results, expected, strict=True):
         np.testing.assert_allclose(result.audio, audio, atol=ATOL)

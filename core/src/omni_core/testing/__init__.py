@@ -47,7 +47,11 @@ _face = Face(
             "non_face_imports",
         ),
         "omni_core.testing.cli": ("run_cli",),
-        "omni_core.testing.pipelines": ("pipeline_options", "run_to_completion"),
+        "omni_core.testing.pipelines": (
+            "pipeline_options",
+            "run_queued_together",
+            "run_to_completion",
+        ),
         "omni_core.testing.media": (
             "read_audio",
             "write_audio",

@@ -52,3 +52,27 @@ def run_to_completion(
     from omni_core.runtime.staged import run_to_completion as run
 
     return run(pipeline, requests, max_batch=max_batch)
+
+
+def run_queued_together(
+    omni: Any, asks: list[dict[str, Any]], *, name: str = "kit", timeout: float = 60.0
+) -> list[GenerationResult]:
+    """Queue every request of ``asks`` (``Omni.request`` keywords) on one fresh engine before it
+    starts, so all are in flight from its first step (step-level batching across requests),
+    then run it; the results in the order asked, to compare with each request run alone."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from omni_core.runtime import Engine
+
+    engine = Engine(omni.pipeline, name=name)
+    with ThreadPoolExecutor(len(asks)) as pool:
+        futures = [pool.submit(engine.run, omni.request(**a), timeout) for a in asks]
+        deadline = time.monotonic() + 30
+        while engine.queue_depth < len(asks) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        engine.start()
+        try:
+            return [f.result(timeout) for f in futures]
+        finally:
+            engine.stop()
