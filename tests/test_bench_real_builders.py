@@ -2,8 +2,11 @@
 
 The real-size builders run only on the GPU machine, where a config the installed transformers
 or diffusers rejects (a stale per-layer list, a renamed field) costs a whole device call. Here
-each one runs with one block and a writer that builds the model on the meta device (every
-config is validated by the real class, no weights are made) and saves its config only."""
+each one runs with one block and a writer that builds the model the way ``write_random_model``
+does (parameters on meta: every config is validated by the real class, no weights are made),
+checks that every tensor the checkpoint will save other than the parameters has data (a
+persistent buffer left on meta fails ``save_pretrained`` after the whole build), and saves its
+config only."""
 
 from __future__ import annotations
 
@@ -23,11 +26,15 @@ REAL = sorted(name for name, spec in get_registry().benchmarks.items() if not sp
 def _configs_only(
     self: Workload, model_cls: Any, config: Any, folder: Path, *, seed: int = 0, device: Any = None
 ) -> int:
-    """``write_random_model`` without weights: the class built on meta, its config saved."""
-    import torch
+    """``write_random_model`` without weights: the class built with its parameters on meta,
+    its saved buffers checked, its config saved."""
+    from omni_core.bench.weights import parameters_on_meta
 
-    with torch.device("meta"):
+    with parameters_on_meta():
         model = model_cls(**config) if isinstance(config, dict) else model_cls(config)
+    parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    empty = [n for n, t in model.state_dict().items() if t.is_meta and n not in parameters]
+    assert not empty, (model_cls.__name__, empty[:5])
     folder.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "save_config"):  # diffusers models
         model.save_config(folder)

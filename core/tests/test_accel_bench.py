@@ -285,6 +285,29 @@ def test_write_random_model_is_seeded_and_loadable(tmp_path: Path) -> None:
     assert state["conv_in.weight"].float().std() > 0
 
 
+def test_write_random_model_saves_persistent_buffers(tmp_path: Path) -> None:
+    """A class that registers a persistent buffer (a VAE's latent mean) is written with the
+    buffer's class default: built on meta, it had no data and ``save_pretrained`` failed."""
+    import torch
+    from diffusers import ModelMixin
+    from diffusers.configuration_utils import ConfigMixin, register_to_config
+    from safetensors.torch import load_file
+
+    class Scaled(ModelMixin, ConfigMixin):
+        @register_to_config
+        def __init__(self, width: int = 4) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(width, width)
+            self.register_buffer("latents_std", torch.full((width,), 2.0))
+            self.register_buffer("table", torch.arange(width), persistent=False)
+
+    n = write_random_model(Scaled, {"width": 4}, tmp_path / "m", device="cpu", seed=1)
+    state = load_file(tmp_path / "m" / "diffusion_pytorch_model.safetensors")
+    assert n == 20 and set(state) == {"proj.weight", "proj.bias", "latents_std"}
+    assert torch.equal(state["latents_std"], torch.full((4,), 2.0))
+    assert state["proj.weight"].dtype == torch.bfloat16 and state["proj.weight"].std() > 0
+
+
 def test_modes_are_validated() -> None:
     assert parse_modes(["omni,diffusers", "omni-cache:teacache"]) == (
         "diffusers",

@@ -4,14 +4,17 @@ A 20B-parameter transformer is 80 GB in float32: building it normally and castin
 the benchmark machine. :func:`write_random_model` builds the module on the meta device (no
 memory), materialises each parameter directly in the target dtype on the target device, fills it
 from a generator seeded by the parameter's name (same bytes on every run), and saves it with the
-class's own ``save_pretrained`` (safetensors). Non-persistent buffers (RoPE tables) are not
-saved; the loader recomputes them.
+class's own ``save_pretrained`` (safetensors). Only parameters go to meta: buffers are built
+as the class builds them (a VAE's persistent latent mean and std are saved with their class
+defaults; non-persistent RoPE tables are not saved, the loader recomputes them).
 """
 
 from __future__ import annotations
 
 import gc
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +47,7 @@ def write_random_model(
 
         device = current_platform().device(0)
     dtype = parse_dtype(dtype, "bfloat16")
-    with torch.device("meta"):
+    with parameters_on_meta():
         model = model_cls(**config) if isinstance(config, dict) else model_cls(config)
     count = materialize_random_(model, torch.device(device), dtype, seed)
     folder.mkdir(parents=True, exist_ok=True)
@@ -52,6 +55,27 @@ def write_random_model(
     del model
     gc.collect()
     return count
+
+
+@contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Modules built inside put each parameter on the meta device as it is registered, and
+    keep their buffers where the class makes them: a persistent buffer made on meta (as a
+    plain ``torch.device("meta")`` would) has no data to save."""
+    import torch
+
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module: torch.nn.Module, name: str, param: Any) -> None:
+        if param is not None and param.device.type != "meta":
+            param = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        register(module, name, param)
+
+    torch.nn.Module.register_parameter = on_meta  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
 
 
 def materialize_random_(module: Any, device: Any, dtype: Any, seed: int = 0) -> int:
@@ -91,4 +115,4 @@ def _fill_(tensor: Any, name: str, seed: int) -> None:
             tensor.normal_(0.0, std, generator=generator)
 
 
-__all__ = ["materialize_random_", "write_random_model"]
+__all__ = ["materialize_random_", "parameters_on_meta", "write_random_model"]
