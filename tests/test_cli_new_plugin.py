@@ -215,7 +215,7 @@ def test_the_speech_and_chat_kinds_are_autoregressive_pipelines_and_use_only_the
     assert f"def build_tiny_demo_{kind}(" in testing_source
     assert "DynamicCache()" in testing_source and "save" in testing_source
     tests_source = (root / f"tests/test_{module}_pipeline.py").read_text()
-    for check in ("Omni(", "Engine(", "omni_command(", "openai.OpenAI("):
+    for check in ("Omni(", "Engine(", "omni_serve(", "openai.OpenAI("):
         assert check in tests_source, check
     # A third-party plugin needs nothing but the public SDK (omni-core's faces); its tests
     # may use the test kit too.

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
-import subprocess
 from pathlib import Path
 
 import httpx
 
 from omni_core.testing import write_distribution
-from omni_core.testing.services import free_port, omni_command, spawn, wait_until
+from omni_core.testing.services import omni_serve
 
 
 def test_omni_serve_answers_with_speech(acme_chat, tmp_path: Path) -> None:
@@ -22,17 +20,9 @@ def test_omni_serve_answers_with_speech(acme_chat, tmp_path: Path) -> None:
     site = tmp_path / "site"
     write_distribution(site, "omni-acme-chat", {"acme_chat": Path(acme_chat.__file__).read_text()})
     model = acme_chat.build_tiny_chat(tmp_path / "omni", talker=True, seed=2)
-    port, log = free_port(), tmp_path / "serve.log"
     path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
-    args = ["serve", f"acme={model}", "--port", str(port), "--log-level", "warning"]
-    proc = spawn(omni_command(*args), log, PYTHONPATH=path)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(
-            "omni serve healthy",
-            lambda: httpx.get(f"{url}/health", timeout=2).status_code == 200,
-            log,
-        )
+    args = [f"acme={model}", "--log-level", "warning"]
+    with omni_serve(*args, log=tmp_path / "serve.log", timeout=240, PYTHONPATH=path) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=60)
         voices = httpx.get(f"{url}/v1/audio/voices", timeout=10).json()["voices"]
         assert voices == ["ada", "bob"]
@@ -54,10 +44,3 @@ def test_omni_serve_answers_with_speech(acme_chat, tmp_path: Path) -> None:
             streamed += base64.b64decode(audio.get("data", ""))
         assert text == message.content
         assert streamed == base64.b64decode(message.audio.data)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    assert proc.returncode is not None

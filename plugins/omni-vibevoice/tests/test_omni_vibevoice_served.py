@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import signal
-import subprocess
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ import httpx
 import numpy as np
 import pytest
 import torch
-from omni_core.testing.services import free_port, omni_command, spawn, wait_until
+from omni_core.testing.services import omni_serve
 
 from omni_vibevoice.testing import build_tiny_vibevoice
 
@@ -46,26 +44,9 @@ def url(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """One ``omni serve`` of the checkpoint for the module (no warm-up: the tiny model speaks
     for some inputs only)."""
     root = tmp_path_factory.mktemp("vibevoice-serve")
-    port, log = free_port(), root / "serve.log"
-    args = ["serve", f"vibevoice={checkpoint}", "--port", str(port), "--device", "cpu"]
-    args += ["--state-dir", str(root / "state"), "--log-level", "warning", "--no-warmup"]
-    process = spawn(omni_command(*args), log)
-    base = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        assert process.poll() is None, f"omni serve exited:\n{log.read_text()[-3000:]}"
-        return httpx.get(f"{base}/health", timeout=2).status_code == 200
-
-    try:
-        wait_until("omni serve healthy", healthy, log, timeout=120)
+    args = [f"vibevoice={checkpoint}", "--device", "cpu", "--state-dir", str(root / "state")]
+    with omni_serve(*args, "--log-level", "warning", "--no-warmup", log=root / "serve.log") as base:
         yield base
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
-"""Throwaway servers for tests of shared stores: a PostgreSQL cluster in a temp dir and a local
-S3-compatible server (moto's), both on 127.0.0.1 with a free port, gone when the block ends.
+"""Throwaway servers for tests: ``omni serve`` itself as a process (:func:`omni_serve`), and for
+shared stores a PostgreSQL cluster in a temp dir and a local S3-compatible server (moto's), all on
+127.0.0.1 with a free port, gone when the block ends.
 
 They are real servers (``initdb``/``pg_ctl`` of the machine's PostgreSQL, moto's S3 over
 HTTP), never in-process fakes. :func:`find_postgres` says why none can start (the caller skips
@@ -144,3 +145,38 @@ def wait_until(what: str, predicate: Any, log: Path | None = None, timeout: floa
         time.sleep(0.2)
     tail = log.read_text()[-4000:] if log is not None and log.exists() else ""
     raise AssertionError(f"{what}: not in time\n{tail}")
+
+
+@contextmanager
+def omni_serve(
+    *args: str, log: Path, timeout: float = 120, stop_timeout: float = 30, **env: str
+) -> Iterator[str]:
+    """``omni serve ARGS...`` as a real process on 127.0.0.1 and a free port (``--port`` is added
+    unless given); yields its base URL once ``/health`` answers 200, and fails at once with the
+    end of ``log`` if the process exits first. The block's end sends SIGTERM (uvicorn's
+    graceful shutdown), then kills it after ``stop_timeout`` s. ``env`` as in :func:`spawn`."""
+    import signal
+
+    import httpx
+
+    argv = ["serve", *args]
+    if "--port" not in args:
+        argv += ["--port", str(free_port())]
+    port = argv[argv.index("--port") + 1]
+    process = spawn(omni_command(*argv), log, **env)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert process.poll() is None, f"omni serve exited:\n{log.read_text()[-3000:]}"
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+
+    try:
+        wait_until("omni serve healthy", healthy, log, timeout=timeout)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(stop_timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
