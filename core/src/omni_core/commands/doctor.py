@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from omni_core.commands.config_files import config_from_cli, config_options
-from omni_core.contract.registry import Availability, load_object
+from omni_core.contract.registry import Availability, QuantizerSpec, load_object
 
 #: Distributions whose versions decide what runs (read from metadata: no import needed).
 VERSION_PACKAGES = ("omni-core", "torch", "diffusers", "transformers", "pluggy", "pydantic")
@@ -164,7 +164,8 @@ def collect(config_file: str | None = None, config_set: tuple[str, ...] = ()) ->
     for kind in ("cache_backends", "quantizers"):
         rows = []
         for spec in sorted(registry.kind(kind).values(), key=lambda s: s.name):
-            device_types = getattr(spec, "device_types", None)
+            # quantizers name the devices they run on; cache backends run on any
+            device_types = spec.device_types if isinstance(spec, QuantizerSpec) else None
             if device_types is not None and device_type not in device_types:
                 availability = Availability.no(
                     f"runs on {', '.join(device_types)}, not on {device_type}"
