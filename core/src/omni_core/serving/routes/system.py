@@ -55,12 +55,19 @@ def add_open_routes(app: FastAPI, state: ServerState) -> None:
             body, status_code=200 if ready else 503, headers={} if ready else {"Retry-After": "5"}
         )
 
-    @app.api_route(
-        "/ping", methods=["GET", "POST"], summary="vLLM's liveness probe: /health's code"
-    )
     async def ping() -> Response:
         ready, _ = await asyncio.to_thread(check)
         return Response(status_code=200 if ready else 503)
+
+    # one route per method: a shared route would give both the same OpenAPI operation id
+    for method in ("get", "post"):
+        app.add_api_route(
+            "/ping",
+            ping,
+            methods=[method.upper()],
+            operation_id=f"ping_{method}",
+            summary="vLLM's liveness probe: /health's code",
+        )
 
     @app.get("/version", summary="The server's version (omni-core's), as vLLM answers it")
     async def version() -> dict[str, str]:
