@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from omni_core.bench import Workload
-from omni_core.diffusion import dtype_kwargs
 
 #: FLUX.1-dev's transformer (12B parameters).
 _TRANSFORMER: dict[str, Any] = {
@@ -117,9 +116,7 @@ class FluxWorkload(Workload):
     def load_reference(self, folder: Path, device: Any, dtype: Any) -> Any:
         from diffusers import FluxPipeline
 
-        reference = FluxPipeline.from_pretrained(folder, **dtype_kwargs(dtype))
-        reference.set_progress_bar_config(disable=True)
-        return reference.to(device)
+        return self.load_diffusers_pipeline(FluxPipeline, folder, device, dtype)
 
     def run_reference(self, reference: Any, request: dict[str, Any], on_step: Any = None) -> Any:
         import torch

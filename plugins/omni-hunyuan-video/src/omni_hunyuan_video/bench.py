@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from omni_core.bench import Workload
-from omni_core.diffusion import dtype_kwargs
 
 PROMPT = "a red cat walks on the grass in the sun, a lighthouse at dusk behind it"
 NEGATIVE = "blurry, low quality, watermark, text"
@@ -100,9 +99,7 @@ class HunyuanVideoWorkload(Workload):
     def load_reference(self, folder: Path, device: Any, dtype: Any) -> Any:
         from diffusers import HunyuanVideo15Pipeline
 
-        reference = HunyuanVideo15Pipeline.from_pretrained(folder, **dtype_kwargs(dtype))
-        reference.set_progress_bar_config(disable=True)
-        return reference.to(device)
+        return self.load_diffusers_pipeline(HunyuanVideo15Pipeline, folder, device, dtype)
 
     def run_reference(self, reference: Any, request: dict[str, Any], on_step: Any = None) -> Any:
         """diffusers takes the CFG scale from its guider (no ``guidance_scale`` argument), so

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from omni_core.bench import Workload
-from omni_core.diffusion import dtype_kwargs
 
 PROMPT = "a cat walks on the grass in the sun, birds sing, a light breeze in the leaves"
 NEGATIVE = "blurry, low quality, static, watermark, text"
@@ -96,9 +95,7 @@ class LTXWorkload(Workload):
     def load_reference(self, folder: Path, device: Any, dtype: Any) -> Any:
         from diffusers import LTX2Pipeline
 
-        reference = LTX2Pipeline.from_pretrained(folder, **dtype_kwargs(dtype))
-        reference.set_progress_bar_config(disable=True)
-        return reference.to(device)
+        return self.load_diffusers_pipeline(LTX2Pipeline, folder, device, dtype)
 
     def run_reference(self, reference: Any, request: dict[str, Any], on_step: Any = None) -> Any:
         import torch

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from omni_core.bench import Workload
-from omni_core.diffusion import dtype_kwargs
 
 #: Qwen-Image's transformer (20B parameters at 60 blocks).
 _TRANSFORMER: dict[str, Any] = {
@@ -102,9 +101,7 @@ class QwenImageWorkload(Workload):
     def load_reference(self, folder: Path, device: Any, dtype: Any) -> Any:
         from diffusers import QwenImagePipeline
 
-        reference = QwenImagePipeline.from_pretrained(folder, **dtype_kwargs(dtype))
-        reference.set_progress_bar_config(disable=True)
-        return reference.to(device)
+        return self.load_diffusers_pipeline(QwenImagePipeline, folder, device, dtype)
 
     def run_reference(self, reference: Any, request: dict[str, Any], on_step: Any = None) -> Any:
         import torch

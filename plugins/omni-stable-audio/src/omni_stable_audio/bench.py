@@ -23,7 +23,6 @@ import numpy as np
 
 from omni_core import GenerationResult
 from omni_core.bench import Workload
-from omni_core.diffusion import dtype_kwargs
 
 PROMPT = "the sound of a hammer hitting a wooden surface, thunder and rain on a tin roof"
 NEGATIVE = "low quality, noise, distortion"
@@ -96,9 +95,7 @@ class StableAudioWorkload(Workload):
     def load_reference(self, folder: Path, device: Any, dtype: Any) -> Any:
         from diffusers import StableAudioPipeline
 
-        reference = StableAudioPipeline.from_pretrained(folder, **dtype_kwargs(dtype))
-        reference.set_progress_bar_config(disable=True)
-        return reference.to(device)
+        return self.load_diffusers_pipeline(StableAudioPipeline, folder, device, dtype)
 
     def run_reference(self, reference: Any, request: dict[str, Any], on_step: Any = None) -> Any:
         """diffusers' Stable Audio takes the older ``callback(step, t, latents)`` per step."""

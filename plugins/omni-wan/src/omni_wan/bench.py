@@ -126,9 +126,7 @@ class WanWorkload(Workload):
         from diffusers import AutoencoderKLWan, WanPipeline
 
         vae = AutoencoderKLWan.from_pretrained(folder / "vae", **dtype_kwargs(torch.float32))
-        reference = WanPipeline.from_pretrained(folder, vae=vae, **dtype_kwargs(dtype))
-        reference.set_progress_bar_config(disable=True)
-        return reference.to(device)
+        return self.load_diffusers_pipeline(WanPipeline, folder, device, dtype, vae=vae)
 
     def run_reference(self, reference: Any, request: dict[str, Any], on_step: Any = None) -> Any:
         import torch

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from omni_core.bench import Workload
-from omni_core.diffusion import dtype_kwargs
 
 #: Z-Image(-Turbo)'s transformer (~6B parameters), as its config.json publishes it.
 _TRANSFORMER: dict[str, Any] = {
@@ -108,9 +107,7 @@ class ZImageWorkload(Workload):
     def load_reference(self, folder: Path, device: Any, dtype: Any) -> Any:
         from diffusers import ZImagePipeline
 
-        reference = ZImagePipeline.from_pretrained(folder, **dtype_kwargs(dtype))
-        reference.set_progress_bar_config(disable=True)
-        return reference.to(device)
+        return self.load_diffusers_pipeline(ZImagePipeline, folder, device, dtype)
 
     def run_reference(self, reference: Any, request: dict[str, Any], on_step: Any = None) -> Any:
         import torch
