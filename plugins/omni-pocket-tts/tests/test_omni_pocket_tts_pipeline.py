@@ -163,3 +163,24 @@ def test_a_checkpoint_without_voices_speaks_without_a_prompt(
     expected = reference_generate(endless, "Hi.", voice=_alba(omni))
     assert expected[0].shape[0] == 42  # "Hi." and the prompt's spacer: 4 text tokens
     _same(omni, expected, prompt="Hi.", temperature=0)
+
+
+def test_a_hub_id_loads_from_the_cache_offline(
+    omni: Omni, checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Hub id is a huggingface-hub snapshot (offline: the cached one), its codec folder and
+    voices inside it; the same speech as the local folder."""
+    import huggingface_hub.constants
+
+    repo = tmp_path / "hub" / "models--kyutai-test--pocket-tts"
+    shutil.copytree(checkpoint, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    hub = Omni("kyutai-test/pocket-tts", device="cpu")
+    assert [v.id for v in hub.pipeline.voices()] == ["alba"]
+    expected = omni.generate(TEXTS[0], temperature=0).audio
+    np.testing.assert_array_equal(hub.generate(TEXTS[0], temperature=0).audio, expected)
+    with pytest.raises(Exception, match="not in the Hugging Face cache"):
+        Omni("kyutai-test/absent", device="cpu")

@@ -105,7 +105,15 @@ class PocketTTSPipeline(AutoregressiveSpeechPipeline):
         self._voices: dict[str, torch.Tensor] = {}
         config = model.config
         self.max_len = min(int(config.max_position_embeddings), 4096)
-        self.placeholders = torch.tensor(model._placeholder_token_ids())
+        #: The prompt's audio positions (voice and audio), which generate()'s budget does not count.
+        self.placeholders = torch.tensor(
+            [
+                config.audio_prompt_bos_token_id,
+                config.audio_prompt_token_id,
+                config.audio_bos_token_id,
+                config.audio_latent_token_id,
+            ]
+        )
         extra = options.extra
         self.schedule = ChunkSchedule(
             first=int(extra.get("first_chunk_frames", 2)), rest=int(extra.get("chunk_frames", 8))
@@ -220,7 +228,8 @@ class PocketTTSPipeline(AutoregressiveSpeechPipeline):
         frame, in the model's dtype (drawn at once where that is the same stream)."""
         generator = torch.Generator().manual_seed(seed)
         dim, dtype = self.model.config.latent_dim, self.model.dtype
-        if dim % 16 == 0:  # torch fills normals 16 at a time: the same values as frame by frame
+        if dim % 16 == 0 and dtype == torch.float32:
+            # torch's CPU float32 normals are filled 16 at a time: the same values at once
             return torch.randn(frames, dim, generator=generator, dtype=dtype)
         return torch.cat(
             [torch.randn(1, dim, generator=generator, dtype=dtype) for _ in range(frames)]
