@@ -7,6 +7,8 @@ request asks so that it makes exactly N frames (random weights never say when to
     whose every step is speech, so ``max_new_tokens`` frames are made; 7.5 frames a second.
     Dia (omni-dia): ``omni_dia.bench.build_random_dia``; random weights never end a clip, so
     ``max_new_tokens`` positions make ``max_new_tokens - 16`` frames; 44100 / 512 a second.
+    Pocket TTS (omni-pocket-tts): ``omni_pocket_tts.bench.build_random_pocket_tts``; an
+    ``eos_threshold`` out of reach makes exactly ``max_new_tokens`` frames; 12.5 a second.
 """
 
 from __future__ import annotations
@@ -164,6 +166,19 @@ def _dia_frames(frames: int) -> dict[str, Any]:
     return {"max_new_tokens": frames + 16}  # the first 15 positions fill the delayed codebooks
 
 
+# -- Pocket TTS -------------------------------------------------------------------------------
+
+
+def _pocket_tts(folder: Path, tiny: bool, device: str) -> Path:
+    from omni_pocket_tts.bench import build_random_pocket_tts
+
+    return build_random_pocket_tts(folder, size="tiny" if tiny else "100m", device=device)
+
+
+def _pocket_tts_frames(frames: int) -> dict[str, Any]:
+    return {"max_new_tokens": frames, "eos_threshold": 100.0}  # no random logit ends a clip
+
+
 #: Served id -> what it is.
 MODELS: dict[str, BenchModel] = {
     "qwen3-tts-1.7b-customvoice": BenchModel(
@@ -182,6 +197,7 @@ MODELS: dict[str, BenchModel] = {
         "omni-vibevoice", _vibevoice("7b"), "speaker_0", _vibevoice_frames, 1 / 7.5
     ),
     "dia-1.6b": BenchModel("omni-dia", _dia, "default", _dia_frames, 512 / 44100),
+    "pocket-tts": BenchModel("omni-pocket-tts", _pocket_tts, "alba", _pocket_tts_frames, 0.08),
 }
 
 

@@ -96,6 +96,7 @@ TINY: dict[str, tuple[Tiny, ...]] = {
     ),
     "vibevoice": (Tiny("vibevoice", "omni_vibevoice.testing:build_tiny_vibevoice"),),
     "dia": (Tiny("dia", "omni_dia.testing:build_tiny_dia"),),
+    "pocket-tts": (Tiny("pocket-tts", "omni_pocket_tts.testing:build_tiny_pocket_tts"),),
     "ltx-2-t2v": (Tiny("ltx-2-t2v", "omni_ltx.testing:build_tiny_ltx2"),),
     "ltx-2-i2v": (Tiny("ltx-2-i2v", "omni_ltx.testing:build_tiny_ltx2", {"image_to_video": True}),),
 }
