@@ -13,8 +13,6 @@ import asyncio
 import base64
 import io
 import json
-import signal
-import subprocess
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +21,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from omni_core.testing.services import free_port, omni_command, spawn, wait_until
+from omni_core.testing.services import omni_serve
 
 from omni_pocket_tts.layout import builtin_voices, load_voice
 from omni_pocket_tts.testing import reference_generate
@@ -42,26 +40,9 @@ GREEDY = {"temperature": 0}
 def url(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One ``omni serve`` of the session's checkpoint for the module."""
     root = tmp_path_factory.mktemp("pocket-serve")
-    port, log = free_port(), root / "serve.log"
-    args = ["serve", f"pocket-tts={checkpoint}", "--port", str(port), "--device", "cpu"]
-    args += ["--state-dir", str(root / "state"), "--log-level", "warning", "--no-warmup"]
-    process = spawn(omni_command(*args), log)
-    base = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        assert process.poll() is None, f"omni serve exited:\n{log.read_text()[-3000:]}"
-        return httpx.get(f"{base}/health", timeout=2).status_code == 200
-
-    try:
-        wait_until("omni serve healthy", healthy, log, timeout=120)
+    args = [f"pocket-tts={checkpoint}", "--device", "cpu", "--state-dir", str(root / "state")]
+    with omni_serve(*args, "--log-level", "warning", "--no-warmup", log=root / "serve.log") as base:
         yield base
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture(scope="module")
