@@ -167,23 +167,25 @@ def ulysses_attention(
         raise DistributedError(f"ulysses: {heads} heads do not split over a group of {parts} ranks")
     full = replicated_prefix + sum(sizes)
     local = replicated_prefix + sizes[rank]
-    if attn_mask is not None and local != full and tuple(attn_mask.shape[-2:]) == (local, local):
-        attn_mask = separable_mask(
-            attn_mask,
-            replicated_prefix,
-            lambda valid: gather_sequence(valid, sizes, group, dim=-1),
-        )
-    elif attn_mask is not None and attn_mask.shape[-1] not in (1, full):
-        if attn_mask.shape[-1] != local or attn_mask.shape[-2] != 1:
+    if attn_mask is not None and attn_mask.shape[-1] not in (1, full):
+        if tuple(attn_mask.shape[-2:]) == (local, local):
+            # A square mask of the local view (queries and keys): separable, rebuilt whole.
+            attn_mask = separable_mask(
+                attn_mask,
+                replicated_prefix,
+                lambda valid: gather_sequence(valid, sizes, group, dim=-1),
+            )
+        elif attn_mask.shape[-1] != local or attn_mask.shape[-2] != 1:
             raise DistributedError(
                 f"ulysses: attn_mask covers {attn_mask.shape[-1]} keys; it must cover the full "
-                f"joint sequence ({full} keys) or, as a key-padding mask, this rank's "
-                f"{local} keys"
+                f"joint sequence ({full} keys) or, as a key-padding mask or a separable square "
+                f"mask, this rank's {local} tokens"
             )
-        # A key-padding mask built from the local view (e.g. Qwen-Image's processor builds
-        # [text mask, ones(local image)]): its shard columns are gathered from every rank.
-        shard_cols = gather_sequence(attn_mask[..., replicated_prefix:], sizes, group, dim=-1)
-        attn_mask = torch.cat([attn_mask[..., :replicated_prefix], shard_cols], dim=-1)
+        else:
+            # A key-padding mask built from the local view (e.g. Qwen-Image's processor builds
+            # [text mask, ones(local image)]): its shard columns are gathered from every rank.
+            shard_cols = gather_sequence(attn_mask[..., replicated_prefix:], sizes, group, dim=-1)
+            attn_mask = torch.cat([attn_mask[..., :replicated_prefix], shard_cols], dim=-1)
     t = replicated_prefix
     # q, k and v travel in one all-to-all (stacked on the batch dim): one collective per
     # attention call instead of three.
