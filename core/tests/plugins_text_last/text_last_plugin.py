@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from omni_core import DenoiserSpec, hookimpl
 from omni_core.diffusion import DenoiserAdapter, SequencePlan
-from omni_core.diffusion.distributed.worker import WorkerContext, WorkerProgram
+from omni_core.diffusion.distributed import WorkerContext, WorkerProgram
 
 HEADS, HEAD_DIM, TEXT = 2, 4, 5
 
