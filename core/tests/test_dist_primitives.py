@@ -36,9 +36,11 @@ def test_ulysses_self_attention_matches_single_process(group_result) -> None:
 
 
 def test_ulysses_joint_attention_with_replicated_text(group_result) -> None:
+    """Text first, or last with the separable square mask of the local view
+    (``joint_text_last_masked``)."""
     errors = group_result[0]["errors"]
     names = ("joint_text", "joint_image", "joint_masked_text", "joint_masked_image")
-    for name in (*names, "joint_local_mask"):
+    for name in (*names, "joint_local_mask", "joint_text_last_masked"):
         assert errors[name] < 1e-5, name
 
 

@@ -1,7 +1,8 @@
 """Stable Audio on two gloo CPU processes: ``cfg_parallel_size=2`` (the ``[uncond; cond]`` rows
 of a CFG request split over the ranks) reproduces the single-process clip within 1e-4 (the
-waveform is float32); Ulysses, which has no sequence plan here, is refused before any worker
-starts."""
+waveform is float32); Ulysses, which has no sequence plan here (the DiT's attention processor
+calls torch's SDPA itself, so omni cannot route it: see ``omni_stable_audio.denoiser``), is
+refused before any worker starts."""
 
 from __future__ import annotations
 

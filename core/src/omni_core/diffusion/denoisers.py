@@ -53,12 +53,15 @@ class SequencePlan:
     whose hidden states are still whole; later blocks receive shards already).
     ``gather_output(sp, output)`` reassembles the last block's output. ``sp`` is the
     :class:`omni_core.diffusion.distributed.ulysses.SequenceParallel` of the rank
-    (``sp.shard``, ``sp.slice``, ``sp.gather``).
+    (``sp.shard``, ``sp.slice``, ``sp.gather``). ``text_last``: the class's joint attention
+    concatenates the text *after* the video/image tokens (``[shard, text]``) rather than
+    before them.
     """
 
     blocks: str | tuple[str, ...]
     shard_inputs: Callable[..., tuple[tuple, dict]]
     gather_output: Callable[[Any, Any], Any]
+    text_last: bool = False
 
 
 @dataclass(frozen=True)

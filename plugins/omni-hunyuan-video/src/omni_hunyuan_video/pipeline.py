@@ -16,11 +16,13 @@ float32 cast back to the prediction's dtype; ``latents / scaling`` into the VAE.
 
 The text tokens are padded to fixed lengths, so one transformer forward carries the conditional
 and unconditional rows of every request of one video size, at different steps (the timestep is
-per row).
+per row). With a step cache (first-block) each request runs its own forward in its own cache
+context instead, so its skip decisions are its own (:meth:`HunyuanVideoPipeline.step`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Hashable
@@ -38,9 +40,11 @@ from omni_core.diffusion import (
     activation_bytes,
     apply_acceleration,
     apply_offload,
+    cache_key,
     parallelize_denoiser,
     route_attention,
 )
+from omni_hunyuan_video.conditioning import condition_inputs
 from omni_hunyuan_video.extras import HunyuanVideoExtras
 from omni_hunyuan_video.layout import (
     DEFAULT_FPS,
@@ -52,8 +56,8 @@ from omni_hunyuan_video.layout import (
 from omni_hunyuan_video.loading import load_components
 from omni_hunyuan_video.prompts import Prompt, PromptEncoder
 
-#: SigLIP tokens the transformer's image stream always carries (zeros for text-to-video).
-IMAGE_TOKENS = 729
+#: Step caches that need per-model coefficients, which HunyuanVideo-1.5 has none of.
+CALIBRATED_CACHES = ("teacache", "magcache")
 
 
 @dataclass
@@ -135,11 +139,11 @@ class HunyuanVideoPipeline(StagedPipeline):
 
     @classmethod
     def from_pretrained(cls, path: Path, options: PipelineOptions) -> HunyuanVideoPipeline:
-        if options.cache.backend:
+        if options.cache.backend in CALIBRATED_CACHES:
             raise ConfigError(
-                f"cache.backend: {options.cache.backend!r} is not calibrated for "
-                "HunyuanVideo-1.5 (no TeaCache/MagCache data for its transformer yet); run "
-                "without a step cache"
+                f"cache.backend: {options.cache.backend!r} needs per-model calibration "
+                "(TeaCache's polynomial, MagCache's magnitude ratios) that nobody has published "
+                "for HunyuanVideo-1.5; use 'first-block', which needs none"
             )
         if options.lora.adapters or options.lora.fuse:
             raise ConfigError(
@@ -221,7 +225,7 @@ class HunyuanVideoPipeline(StagedPipeline):
         )
         generator = torch.Generator("cpu").manual_seed(seed)
         state.latents = randn_tensor(shape, generator=generator, device=self.device, dtype=dtype)
-        self._condition(state, request, dtype)
+        state.condition, state.image_embeds = condition_inputs(self, request, state.latents)
         state.timesteps, state.sigmas = self._schedule(steps)
         guider = layout.guider
         start = int(float(guider.get("start", 0.0)) * steps)
@@ -238,13 +242,26 @@ class HunyuanVideoPipeline(StagedPipeline):
     @torch.no_grad()
     def step(self, states: list[DenoiseState]) -> None:
         group: list[HunyuanVideoState] = states  # type: ignore[assignment]
+        if self.accel is None or not self.accel.caches:
+            self._advance(group, self._run(self._inputs(group), None))
+            return
+        # A step cache decides per context whether to skip the blocks, and a forward shared by
+        # several requests would share one decision (one request's residual deciding another's
+        # step): each request runs its own forward in its own context, as it would alone.
+        for s in group:
+            branch = "cfg" if s.cfg_steps[s.step_index] else "cond"
+            self._advance([s], self._run(self._inputs([s]), (s.request.request_id, branch)))
+
+    def _inputs(self, group: list[HunyuanVideoState]) -> dict[str, torch.Tensor]:
+        """The transformer's inputs: every conditional row of ``group``, then every
+        unconditional one."""
         latents: list[torch.Tensor] = []
         timesteps: list[torch.Tensor] = []
         prompts: list[Prompt] = []
         conditions: list[torch.Tensor] = []
         images: list[torch.Tensor] = []
         meanflow: list[torch.Tensor] = []
-        for branch in ("cond", "uncond"):  # every conditional row, then every unconditional one
+        for branch in ("cond", "uncond"):
             for s in group:
                 if branch == "uncond" and not s.cfg_steps[s.step_index]:
                     continue
@@ -259,7 +276,6 @@ class HunyuanVideoPipeline(StagedPipeline):
                     s.timesteps[:1] * 0 if last else s.timesteps[s.step_index + 1 :][:1]
                 )
         model_input = torch.cat([torch.cat(latents), torch.cat(conditions)], dim=1)
-        rows, x_dtype = model_input.shape[0], latents[0].dtype
         embeds, masks, glyphs, glyph_masks = (
             torch.cat(parts) for parts in zip(*prompts, strict=True)
         )
@@ -273,18 +289,36 @@ class HunyuanVideoPipeline(StagedPipeline):
             "encoder_attention_mask_2": glyph_masks,
         }
         if self.transformer.config.get("use_meanflow", False):  # the step-distilled checkpoints
-            inputs["timestep_r"] = torch.cat(meanflow).to(x_dtype)
+            inputs["timestep_r"] = torch.cat(meanflow).to(latents[0].dtype)
+        return inputs
+
+    def _run(self, inputs: dict[str, torch.Tensor], cache: tuple[str, str] | None) -> torch.Tensor:
+        """The transformer's prediction for ``inputs``; ``cache`` is the (request id, branch) of
+        the step cache's context (None: no cache)."""
         if self.batch_rows:
-            out = self.forward(**inputs, return_dict=False)[0]
-        else:  # a forward per row: low-precision kernels need not be batch-invariant
-            out = torch.cat(
-                [
-                    self.forward(**{k: v[r : r + 1] for k, v in inputs.items()}, return_dict=False)[
-                        0
-                    ]
-                    for r in range(rows)
-                ]
-            )
+            with self._cache_context(cache, None):
+                return self.forward(**inputs, return_dict=False)[0]
+        # A forward per row: low-precision kernels need not be batch-invariant.
+        rows = inputs["hidden_states"].shape[0]
+        outs = []
+        for r in range(rows):
+            with self._cache_context(cache, r):
+                row = {k: v[r : r + 1] for k, v in inputs.items()}
+                outs.append(self.forward(**row, return_dict=False)[0])
+        return torch.cat(outs)
+
+    def _cache_context(self, cache: tuple[str, str] | None, row: int | None) -> Any:
+        """The step cache's context of one forward: the request, its rows (CFG's two, or the
+        conditional one alone) and, run row by row, the row."""
+        if cache is None:
+            return contextlib.nullcontext()
+        request_id, branch = cache
+        name = branch if row is None else f"{branch}-{row}"
+        return self.accel.cache_context("transformer", cache_key([request_id], name))
+
+    def _advance(self, group: list[HunyuanVideoState], out: torch.Tensor) -> None:
+        """The guider's CFG and the Euler step of every state, from the predictions ``out``
+        (rows as :meth:`_inputs` lays them out)."""
         rescale = float(self.layout.guider.get("guidance_rescale", 0.0))
         original = bool(self.layout.guider.get("use_original_formulation", False))
         uncond_at = len(group)
@@ -331,51 +365,13 @@ class HunyuanVideoPipeline(StagedPipeline):
         }
         if self.accel is not None:
             info["acceleration"] = self.accel.as_dict()
+            if self.accel.caches:
+                info["step_cache"] = self.accel.finish_request(request.request_id)
         return GenerationResult(
             images=images, video=array, fps=state.fps, timings=dict(state.timings), info=info
         )
 
     # -- helpers ---------------------------------------------------------------------------
-
-    def _condition(
-        self, state: HunyuanVideoState, request: GenerationRequest, dtype: torch.dtype
-    ) -> None:
-        """The condition latents + frame mask and the SigLIP tokens: zeros for text to video;
-        for image to video the image cropped to the video's size, VAE-encoded into the first
-        latent frame (mask 1 there), and its SigLIP tokens, as diffusers makes them."""
-        assert state.latents is not None and request.height and request.width
-        latents = state.latents
-        _, channels, frames, h, w = latents.shape
-        condition = torch.zeros(1, channels + 1, frames, h, w, dtype=dtype, device=latents.device)
-        if not self.layout.image_to_video:
-            state.condition = condition
-            state.image_embeds = torch.zeros(
-                1, IMAGE_TOKENS, self.layout.image_embed_dim, dtype=dtype, device=latents.device
-            )
-            return
-        from diffusers import HunyuanVideo15ImageToVideoPipeline as Reference
-
-        image = self.video_processor.resize(
-            request.images[0], height=request.height, width=request.width, resize_mode="crop"
-        )
-        embeds = Reference._get_image_embeds(
-            image_encoder=self.image_encoder,
-            feature_extractor=self.feature_extractor,
-            image=image,
-            device=self.device,
-        )
-        encoded = Reference._get_image_latents(
-            vae=self.vae,
-            image_processor=self.video_processor,
-            image=image,
-            height=request.height,
-            width=request.width,
-            device=self.device,
-        )
-        condition[:, :channels, :1] = encoded.to(dtype)
-        condition[:, channels, 0] = 1.0
-        state.condition = condition
-        state.image_embeds = embeds.to(device=latents.device, dtype=dtype)
 
     def _schedule(self, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(timesteps, sigmas incl. the final 0) on the device, as diffusers sets them."""

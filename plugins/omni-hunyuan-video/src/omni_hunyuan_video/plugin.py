@@ -16,6 +16,15 @@ from omni_core import (
 )
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
+#: CFG-parallel: the core's batch split of the [cond; uncond] rows; Ulysses: the denoiser's
+#: sequence plan. first-block is the one step cache that needs no per-model calibration
+#: (TeaCache and MagCache need coefficients).
+CAPABILITIES = PipelineCapabilities(
+    step_batching=True,
+    cfg_parallel=True,
+    sequence_parallel=True,
+    cache_backends=("first-block",),
+)
 
 
 @hookimpl
@@ -27,9 +36,7 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             tasks=("t2v",),
             architectures=("HunyuanVideo15Pipeline",),
             extras="omni_hunyuan_video.extras:HunyuanVideoExtras",
-            # CFG-parallel: the core's batch split of the [cond; uncond] rows. No Ulysses plan
-            # yet (the sequence plan of the double-stream blocks is not written).
-            capabilities=PipelineCapabilities(step_batching=True, cfg_parallel=True),
+            capabilities=CAPABILITIES,
             description="HunyuanVideo-1.5 text-to-video (480p / 720p t2v checkpoints), sides "
             "in multiples of 16 px, 4k+1 frames at 24 fps.",
         )
@@ -41,7 +48,7 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             tasks=("i2v",),
             architectures=("HunyuanVideo15ImageToVideoPipeline",),
             extras="omni_hunyuan_video.extras:HunyuanVideoExtras",
-            capabilities=PipelineCapabilities(step_batching=True, cfg_parallel=True),
+            capabilities=CAPABILITIES,
             description="HunyuanVideo-1.5 image-to-video (480p / 720p i2v checkpoints): the "
             "image's size bucket, 4k+1 frames at 24 fps.",
         )
@@ -56,7 +63,7 @@ def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
             architectures=("HunyuanVideo15Transformer3DModel",),
             implementation="omni_hunyuan_video.denoiser:hunyuan_video15_adapter",
             description="diffusers' HunyuanVideo15Transformer3DModel: the double-stream "
-            "blocks (compile and quantization scope).",
+            "blocks (compile, quantization and step-cache scope).",
         )
     )
 

@@ -2,9 +2,17 @@
 
 Its repeated blocks are ``transformer_blocks`` (``StableAudioDiTBlock``: self-attention with
 rotary embeddings and grouped K/V heads, cross-attention to the T5 + seconds tokens, a GELU
-feed-forward): the scope of regional compile and of fp8 quantization. Q, K and V are separate
-projections (K/V narrower than Q), and there is no step-cache calibration nor a sequence plan,
-so the pipeline refuses the caches and declares no parallel layout.
+feed-forward): the scope of regional compile, of fp8 quantization and of the step caches. Q, K
+and V are separate projections (K/V narrower than Q). A block returns its hidden states as a
+bare tensor, a class diffusers' cache hooks have no metadata for, so the adapter declares that
+one stream (``block_streams``) and first-block replays it. There is no TeaCache polynomial nor
+MagCache ratios (nobody has calibrated them for this DiT), so those caches stay refused.
+
+No Ulysses plan: the blocks' attention processor (diffusers' ``StableAudioAttnProcessor2_0``)
+calls ``torch``'s SDPA itself instead of diffusers' ``dispatch_attention_fn``, so omni cannot
+route its attention through the sequence all-to-all without rewriting that processor; and
+the sequence is short (1 global + 1024 latent tokens at the 47 s maximum), so cutting it
+would gain little over CFG-parallel.
 
 Imported only when a Stable Audio transformer is accelerated.
 """
@@ -22,5 +30,6 @@ def stable_audio_adapter(module: Any) -> DenoiserAdapter:
         architecture="StableAudioDiTModel",
         blocks=("transformer_blocks",),
         fuse_qkv=False,
-        notes="no step-cache calibration and no sequence plan yet",
+        block_streams=("hidden_states",),
+        notes="no TeaCache/MagCache calibration; no sequence plan (SDPA called directly)",
     )

@@ -14,7 +14,9 @@ decodes every latent frame and the waveform is cut to ``[start, end)``.
 
 Every clip is denoised at the same latent length and the text tokens are padded to one length,
 so one DiT forward carries every row of every request in flight: with and without CFG, at
-different steps (the timestep is per row), for clips of any duration.
+different steps (the timestep is per row), for clips of any duration. With a step cache
+(first-block) each request runs its own forward in its own cache context instead, so its skip
+decisions are its own (:meth:`StableAudioPipeline.step`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from omni_core.diffusion import (
     StagedPipeline,
     apply_acceleration,
     apply_offload,
+    cache_key,
     dtype_kwargs,
     load_device,
     parallelize_denoiser,
@@ -41,6 +44,9 @@ from omni_core.diffusion import (
 )
 from omni_stable_audio.extras import StableAudioExtras
 from omni_stable_audio.layout import StableAudioLayout, check_request, is_checked
+
+#: Step caches that need per-model coefficients, which Stable Audio's DiT has none of.
+CALIBRATED_CACHES = ("teacache", "magcache")
 
 
 @dataclass
@@ -99,10 +105,11 @@ class StableAudioPipeline(StagedPipeline):
 
     @classmethod
     def from_pretrained(cls, path: Path, options: PipelineOptions) -> StableAudioPipeline:
-        if options.cache.backend:
+        if options.cache.backend in CALIBRATED_CACHES:
             raise ConfigError(
-                f"cache.backend: {options.cache.backend!r} is not calibrated for Stable Audio "
-                "(no TeaCache/MagCache data for its DiT yet); run without a step cache"
+                f"cache.backend: {options.cache.backend!r} needs per-model calibration "
+                "(TeaCache's polynomial, MagCache's magnitude ratios) that nobody has published "
+                "for Stable Audio's DiT; use 'first-block', which needs none"
             )
         if options.lora.adapters or options.lora.fuse:
             raise ConfigError("lora: Stable Audio takes no LoRA adapters yet")
@@ -190,6 +197,20 @@ class StableAudioPipeline(StagedPipeline):
     @torch.no_grad()
     def step(self, states: list[DenoiseState]) -> None:
         group: list[StableAudioState] = states  # type: ignore[assignment]
+        if self.accel is None or not self.accel.caches:
+            self._advance(group, self._predict(group))
+            return
+        # A step cache decides per context whether to skip the blocks, and a forward shared by
+        # several requests would share one decision (one request's residual deciding another's
+        # step): each request runs its own forward in its own context, as it would alone.
+        for s in group:
+            name = cache_key([s.request.request_id], "cfg" if s.cfg else "cond")
+            with self.accel.cache_context("transformer", name):
+                out = self._predict([s])
+            self._advance([s], out)
+
+    def _predict(self, group: list[StableAudioState]) -> torch.Tensor:
+        """One DiT forward over every row of ``group`` (``[uncond; cond]`` per CFG request)."""
         xs, ts, tokens, globals_ = [], [], [], []
         for s in group:
             t = s.scheduler.timesteps[s.step_index]
@@ -201,7 +222,7 @@ class StableAudioPipeline(StagedPipeline):
         timestep = torch.cat(ts)
         if bool((timestep == timestep[0]).all()):  # one timestep: diffusers' [1], broadcast
             timestep = timestep[:1]
-        out = self.forward(
+        return self.forward(
             torch.cat(xs),
             timestep,
             encoder_hidden_states=torch.cat(tokens),
@@ -209,6 +230,9 @@ class StableAudioPipeline(StagedPipeline):
             rotary_embedding=self.rotary,
             return_dict=False,
         )[0]
+
+    def _advance(self, group: list[StableAudioState], out: torch.Tensor) -> None:
+        """CFG and each state's own scheduler step, from the predictions ``out``."""
         at = 0
         for s in group:
             if s.cfg:
@@ -238,6 +262,10 @@ class StableAudioPipeline(StagedPipeline):
             "channels": int(audio.shape[1]),
             "attention": self.routing,
         }
+        if self.accel is not None:
+            info["acceleration"] = self.accel.as_dict()
+            if self.accel.caches:
+                info["step_cache"] = self.accel.finish_request(state.request.request_id)
         timings = {**state.timings, "vae_decode_s": time.perf_counter() - t0}
         return GenerationResult(audio=audio, sample_rate=rate, timings=timings, info=info)
 

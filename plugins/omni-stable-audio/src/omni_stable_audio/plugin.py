@@ -27,8 +27,12 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             tasks=("t2a",),
             architectures=("StableAudioPipeline",),
             extras="omni_stable_audio.extras:StableAudioExtras",
-            # CFG-parallel: the core's batch split of the [uncond; cond] rows. No Ulysses plan.
-            capabilities=PipelineCapabilities(step_batching=True, cfg_parallel=True),
+            # CFG-parallel: the core's batch split of the [uncond; cond] rows. first-block is the
+            # one step cache that needs no per-model calibration. No Ulysses plan: see
+            # omni_stable_audio.denoiser.
+            capabilities=PipelineCapabilities(
+                step_batching=True, cfg_parallel=True, cache_backends=("first-block",)
+            ),
             description="Stable Audio Open text to audio (sound effects, music): stereo 44.1 "
             "kHz clips of up to 47 s, CFG with guidance_scale > 1.",
         )
@@ -42,8 +46,8 @@ def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
             name="stable-audio-dit",
             architectures=("StableAudioDiTModel",),
             implementation="omni_stable_audio.denoiser:stable_audio_adapter",
-            description="diffusers' StableAudioDiTModel: its transformer_blocks (compile and "
-            "quantization scope).",
+            description="diffusers' StableAudioDiTModel: its transformer_blocks (compile, "
+            "quantization and step-cache scope).",
         )
     )
 

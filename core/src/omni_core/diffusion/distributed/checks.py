@@ -29,7 +29,8 @@ def _inputs(seed: int, *shape: int, dtype: Any = None) -> Any:
 
 
 class PrimitiveChecks(WorkerProgram):
-    """Ulysses attention (self, joint, uneven, masked), shard/gather and cfg-parallel checks.
+    """Ulysses attention (self, joint with the text first or last, uneven, masked), shard/gather
+    and cfg-parallel checks.
 
     Needs a layout with ``ulysses_degree >= 2``; cfg checks run on the cfg group, or on the
     whole world when it is a ulysses-only pair.
@@ -68,6 +69,7 @@ class PrimitiveChecks(WorkerProgram):
         import torch
 
         from omni_core.contract.attention import AttentionRouter, dispatch_attention, use_router
+        from omni_core.diffusion.distributed.ulysses import SequenceParallel
         from omni_core.runtime.kernels.sdpa import sdpa, sdpa_math
 
         sp = self.sp
@@ -122,6 +124,25 @@ class PrimitiveChecks(WorkerProgram):
         out["joint_local_mask"] = max(
             (got[:, :t] - ref[:, :t]).abs().max().item(),
             (sp.gather(got[:, t:]) - ref[:, t:]).abs().max().item(),
+        )
+
+        # Text after the shard ([image, text]), with the separable square mask a processor
+        # builds from its local view's padding vector (fully masked text rows stay masked).
+        last = SequenceParallel(self.sp.group, text_last=True)
+        last.set_length(s)
+        valid = torch.cat([torch.ones(b, s, dtype=torch.bool, device=device), mask[:, 0, 0, :t]], 1)
+        square = valid[:, None, None, :] & valid[:, None, :, None]
+        ref = sdpa_math(
+            *(torch.cat([c, a], dim=1) for a, c in zip(txt, img, strict=True)), attn_mask=square
+        )
+        mine = slice(last.offset, last.offset + last.local_len)
+        local_valid = torch.cat([valid[:, :s][:, mine], valid[:, s:]], dim=1)
+        local_square = local_valid[:, None, None, :] & local_valid[:, None, :, None]
+        local = [torch.cat([c[:, mine], a], dim=1) for a, c in zip(txt, img, strict=True)]
+        got = last.attention(sdpa_math)(*local, attn_mask=local_square)
+        out["joint_text_last_masked"] = max(
+            (got[:, last.local_len :] - ref[:, s:]).abs().max().item(),
+            (last.gather(got[:, : last.local_len]) - ref[:, :s]).abs().max().item(),
         )
 
         # Through the router: joint goes through Ulysses, cross stays local.

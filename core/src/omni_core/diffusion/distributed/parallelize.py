@@ -212,7 +212,7 @@ def _parallelize(
             )
         from omni_core.diffusion.attention_routing import route_attention
 
-        sp = SequenceParallel(state.ulysses_group)
+        sp = SequenceParallel(state.ulysses_group, text_last=plan.text_last)
         route_attention(model, sp.router(router or _dynamic_router()))
         names = (plan.blocks,) if isinstance(plan.blocks, str) else plan.blocks
         blocks = [block for name in names for block in getattr(model, name)]

@@ -13,7 +13,13 @@ padding at all and no key that must be masked out.
 Joint attention (Qwen-Image, Flux): the text tokens are *replicated* on every rank and come
 first in the joint sequence (``[text, image_shard]``). Each rank takes its head slice of the
 replicated text q/k/v; the text output is all-gathered over heads so every rank again holds
-the full text stream.
+the full text stream. Processors that put the text last (``[image_shard, text]``) are served
+by a :class:`SequenceParallel` made with ``text_last=True`` (the plan's ``text_last``).
+
+Masks: one over the full joint sequence, a key-padding mask of the local view, or a square
+boolean mask of the local view that is *separable* (``mask[i, j] = valid[i] & valid[j]``, what
+a processor builds for self-attention from a padding mask): its valid vector is gathered and
+the full square mask rebuilt, so fully masked query rows stay fully masked.
 
 Inference only: the collectives are not autograd-aware.
 """
@@ -24,6 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from omni_core.diffusion.distributed.errors import DistributedError
+from omni_core.diffusion.distributed.joint_views import rotate, rotate_mask, separable_mask
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -161,16 +168,24 @@ def ulysses_attention(
     full = replicated_prefix + sum(sizes)
     local = replicated_prefix + sizes[rank]
     if attn_mask is not None and attn_mask.shape[-1] not in (1, full):
-        if attn_mask.shape[-1] != local or attn_mask.shape[-2] != 1:
+        if tuple(attn_mask.shape[-2:]) == (local, local):
+            # A square mask of the local view (queries and keys): separable, rebuilt whole.
+            attn_mask = separable_mask(
+                attn_mask,
+                replicated_prefix,
+                lambda valid: gather_sequence(valid, sizes, group, dim=-1),
+            )
+        elif attn_mask.shape[-1] != local or attn_mask.shape[-2] != 1:
             raise DistributedError(
                 f"ulysses: attn_mask covers {attn_mask.shape[-1]} keys; it must cover the full "
-                f"joint sequence ({full} keys) or, as a key-padding mask, this rank's "
-                f"{local} keys"
+                f"joint sequence ({full} keys) or, as a key-padding mask or a separable square "
+                f"mask, this rank's {local} tokens"
             )
-        # A key-padding mask built from the local view (e.g. Qwen-Image's processor builds
-        # [text mask, ones(local image)]): its shard columns are gathered from every rank.
-        shard_cols = gather_sequence(attn_mask[..., replicated_prefix:], sizes, group, dim=-1)
-        attn_mask = torch.cat([attn_mask[..., :replicated_prefix], shard_cols], dim=-1)
+        else:
+            # A key-padding mask built from the local view (e.g. Qwen-Image's processor builds
+            # [text mask, ones(local image)]): its shard columns are gathered from every rank.
+            shard_cols = gather_sequence(attn_mask[..., replicated_prefix:], sizes, group, dim=-1)
+            attn_mask = torch.cat([attn_mask[..., :replicated_prefix], shard_cols], dim=-1)
     t = replicated_prefix
     # q, k and v travel in one all-to-all (stacked on the batch dim): one collective per
     # attention call instead of three.
@@ -218,10 +233,12 @@ class SequenceParallel:
     recompute them from the local shard's shape.
     """
 
-    def __init__(self, group: Any) -> None:
+    def __init__(self, group: Any, *, text_last: bool = False) -> None:
         import torch.distributed as dist
 
         self.group = group
+        #: Joint attention's replicated tokens come after the shard (``[shard, text]``).
+        self.text_last = text_last
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
         self.seq_len: int | None = None
@@ -297,7 +314,12 @@ class SequenceParallel:
                     f"ulysses: q has {q.shape[1]} tokens, k {k.shape[1]}, this rank's shard "
                     f"{sizes[self.rank]}; self/joint attention needs q and k over the same tokens"
                 )
-            return ulysses_attention(
+            local = sizes[self.rank]
+            if self.text_last and prefix:  # [shard, text] -> [text, shard] and back
+                q, k, v = (rotate(x, local) for x in (q, k, v))
+                if attn_mask is not None:
+                    attn_mask = rotate_mask(attn_mask, local, q.shape[1])
+            out = ulysses_attention(
                 q,
                 k,
                 v,
@@ -309,6 +331,7 @@ class SequenceParallel:
                 attn_mask=attn_mask,
                 scale=scale,
             )
+            return rotate(out, prefix) if self.text_last and prefix else out
 
         run.__name__ = f"ulysses_{getattr(inner, '__name__', 'attention')}"
         return run
