@@ -156,6 +156,9 @@ def in_process(path: Path, model: str, args: argparse.Namespace, device: str) ->
                 rtfs += r
                 rates.append(a)
             levels[n] = summary(firsts, rtfs, rates)
+            # the decode path that ran (a pipeline with a decode_report: CUDA graphs or eager)
+            report = getattr(pipeline, "decode_report", None)
+            levels[n]["decode_path"] = report()["path"] if report is not None else None
             print(
                 f"{model} in-process c={n}: first audio "
                 f"{levels[n]['first_audio_s'] * 1e3:.1f} ms, rtf {levels[n]['rtf']:.3f}",
@@ -433,6 +436,7 @@ def bench_model(model: str, args: argparse.Namespace, root: Path, workdir: Path)
                     "in_process_first_audio_p95_s": ref["first_audio_p95_s"] if ref else None,
                     "in_process_rtf": ref["rtf"] if ref else None,
                     "in_process_audio_s_per_wall_s": ref["audio_s_per_wall_s"] if ref else None,
+                    "in_process_decode_path": ref["decode_path"] if ref else None,
                     "overhead_first_audio_s": (
                         level["first_audio_s"] - ref["first_audio_s"] if ref else None
                     ),

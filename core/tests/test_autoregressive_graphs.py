@@ -115,3 +115,27 @@ def test_graph_runner_runs_eagerly_off_cuda_and_reports_why() -> None:
     assert quiet.report()["reason"] is None and quiet.path == "static"
     quiet.disable("a test said so")
     assert quiet.path == "static (fallback)" and quiet.report()["reason"] == "a test said so"
+
+
+def test_emulated_capture_warms_up_then_replays_into_the_captured_outputs() -> None:
+    """The test kit's CPU stand-in for capture: ``warmup + 1`` calls when a key is captured,
+    then every run (the first one too) a replay that reruns the step into the captured
+    tensors; callers get clones."""
+    from omni_core.testing import emulate_graph_capture
+
+    runner = emulate_graph_capture(GraphRunner("emulated", "cpu", warmup=2))
+    assert runner.path == "cuda-graphs"
+    state, calls = torch.zeros(2), []
+
+    def step() -> tuple[torch.Tensor, ...]:
+        calls.append(1)
+        return (state + 1,)
+
+    (first,) = runner.run("k", step)
+    assert len(calls) == 4 and first.tolist() == [1.0, 1.0]
+    state += 5
+    (second,) = runner.run("k", step)
+    assert len(calls) == 5 and second.tolist() == [6.0, 6.0] and first.tolist() == [1.0, 1.0]
+    report = runner.report()
+    assert (report["captured"], report["replays"], report["eager_calls"]) == (1, 2, 0)
+    assert report["graphs"] == ["k"]

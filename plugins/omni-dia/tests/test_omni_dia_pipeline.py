@@ -74,7 +74,7 @@ def test_streamed_chunks_are_the_whole_clip(omni: Omni, checkpoint: Path) -> Non
     """DAC is not causal: each chunk is decoded with its receptive field of frames on both
     sides, so the streamed deltas are the samples of the whole clip decoded at once."""
     _, expected = reference_generate(checkpoint, TEXTS[0])
-    frame = omni.pipeline.stages().codec.samples_per_frame
+    frame = omni.pipeline.shared_runtime().stages.codec.samples_per_frame
     assert expected.shape[0] > 8 * frame
     _, audio, chunks = _omni_speech(omni, prompt=TEXTS[0], temperature=0, stream=True)
     assert len(chunks) >= 2 and chunks[0] == 8 * frame  # first_chunk_frames

@@ -107,33 +107,10 @@ def qwen3_tts(qwen3_tts_checkpoints: dict[str, Path]) -> dict[str, Any]:
     }
 
 
-class _EmulatedGraph:
-    """What a captured graph does, on CPU: replay reruns the step into the same outputs."""
-
-    def __init__(self, fn: Any, outputs: Any) -> None:
-        self.fn, self.outputs = fn, outputs
-
-    def replay(self) -> None:
-        for mine, new in zip(self.outputs, self.fn(), strict=True):
-            mine.copy_(new)
-
-
 @pytest.fixture
 def emulate_capture() -> Any:
     """``emulate_capture(runner)`` makes an ``omni_core.runtime.GraphRunner`` take its capture path
-    on
-    CPU: warm-up calls (their side effects included), a stored step whose outputs a replay
-    overwrites, clones handed out."""
+    on CPU (the test kit's ``emulate_graph_capture``)."""
+    from omni_core.testing import emulate_graph_capture
 
-    def emulate(runner: Any) -> None:
-        def capture(key: Any, fn: Any) -> Any:
-            for _ in range(runner.warmup + 1):  # the warm-up runs and the capture's own run
-                outputs = runner._checked(fn())
-            runner._graphs[key] = (_EmulatedGraph(fn, outputs), outputs)
-            runner.captured += 1
-            return runner._graphs[key]
-
-        runner.capture = True
-        runner._capture = capture
-
-    return emulate
+    return emulate_graph_capture

@@ -15,8 +15,9 @@ each name listed once below and imported on first use: :mod:`.cli` (``omni`` in 
 files), :mod:`.memory` (offload and VAE tiling against diffusers), :mod:`.platforms` (the
 platform the core selects), :mod:`.kernels` (the attention dispatcher, the quantizer entry),
 :mod:`.serving` (a server's job store and metrics), :mod:`.services` (throwaway servers and
-processes), :mod:`.lora` (tiny LoRA files), :mod:`.imports` (a package's import graph). Tests
-use this kit and the faces, never omni's internals.
+processes), :mod:`.lora` (tiny LoRA files), :mod:`.graphs` (a CUDA-graph runner's capture path
+on the CPU), :mod:`.imports` (a package's import graph). Tests use this kit and the faces,
+never omni's internals.
 
 Nothing here imports torch until a helper that runs a model is called.
 """
@@ -84,6 +85,7 @@ _face = Face(
             "make_bucket",
         ),
         "omni_core.testing.lora": ("build_tiny_lora", "lora_header"),
+        "omni_core.testing.graphs": ("emulate_graph_capture",),
         "omni_core.testing.imports": (
             "assert_package_imports_sound",
             "import_graph",

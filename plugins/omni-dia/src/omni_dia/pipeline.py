@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from omni_core import (
+    ConfigError,
     GenerationRequest,
     InvalidRequestError,
     ModelNotFoundError,
@@ -45,6 +46,14 @@ _REQUESTS = itertools.count()
 DEFAULT_VOICE = "default"
 
 
+def _graphs_mode(value: Any) -> str:
+    text = str(value).strip().lower()
+    modes = {"on": "on", "true": "on", "1": "on", "off": "off", "false": "off", "0": "off"}
+    if text == "static" or text in modes:
+        return modes.get(text, "static")
+    raise ConfigError(f"cuda_graphs={value!r}: expected on, off or static")
+
+
 class DiaExtras(BaseModel):
     """Dia's own request fields (``generate()``'s options)."""
 
@@ -67,6 +76,9 @@ class DiaPipeline(AutoregressiveSpeechPipeline):
         "first_chunk_frames": "DAC frames in the first streamed chunk (default 8, 93 ms; "
         "handed out after the 15 delay steps and the codec's lookahead)",
         "chunk_frames": "DAC frames in each later chunk (default 32)",
+        "cuda_graphs": "on (default): the decode step at static shapes replayed as CUDA graphs "
+        "on CUDA (eager elsewhere; a failed capture falls back to the static step eagerly, "
+        "reason logged); static: the static step without capture; off: the eager step",
     }
     #: Voice prompts: reference audio and its transcript (uploaded, or ``ref_audio`` +
     #: ``ref_text``), prepended as generate()'s audio prompt.
@@ -94,6 +106,8 @@ class DiaPipeline(AutoregressiveSpeechPipeline):
         # a request's first delay + lookahead steps hand no frame out yet
         first = self.delay + self.lookahead + int(extra.get("first_chunk_frames", 8))
         self.schedule = ChunkSchedule(first=first, rest=int(extra.get("chunk_frames", 32)))
+        self.cuda_graphs = _graphs_mode(extra.get("cuda_graphs", "on"))
+        self._decoder: DiaDecoder | None = None
 
     @classmethod
     def from_pretrained(cls, path: Path, options: PipelineOptions) -> DiaPipeline:
@@ -119,18 +133,29 @@ class DiaPipeline(AutoregressiveSpeechPipeline):
         return {"prompt": "[S1] Hello.", "seed": 0, "max_new_tokens": 32}
 
     def stages(self) -> SpeechStages:
+        from omni_dia.graphs import decoder_stage
+
         channels = self.model.config.decoder_config.num_channels
+        self._decoder = decoder_stage(
+            self.model,
+            self.cuda_graphs,
+            slots=self.max_concurrency,
+            max_len=self.max_len,
+            lookahead=self.lookahead,
+        )
         return SpeechStages(
-            decoder=DiaDecoder(
-                self.model,
-                slots=self.max_concurrency,
-                max_len=self.max_len,
-                lookahead=self.lookahead,
-            ),
+            decoder=self._decoder,
             codec=DiaAudio(self.dac, self.sample_rate, channels=channels, lookahead=self.lookahead),
             schedule=self.schedule,
             max_len=self.max_len,
         )
+
+    def decode_report(self) -> dict[str, Any]:
+        """Which decode path ran (``cuda-graphs``, ``static``, ``static (fallback)`` with the
+        reason, or ``eager``) and the runner's counters; benchmarks record it."""
+        from omni_dia.graphs import decode_report
+
+        return decode_report(self.cuda_graphs, self._decoder)
 
     def validate(self, request: GenerationRequest) -> GenerationRequest:
         """The shared checks, then Dia's: a voice prompt needs its transcript."""

@@ -50,15 +50,17 @@ def receptive_frames(config: Any) -> int:
 
 class _CrossStates:
     """The encoder side of a batch: per-request cross-attention keys/values (computed once in
-    ``prepare``) padded to the longest text and stacked, rebuilt only when the batch changes."""
+    ``prepare``) padded to the longest text and stacked (a request's conditioned row, then its
+    unconditioned one), and the cache that hands them to the decoder: rebuilt only when the
+    batch changes, so a step copies nothing."""
 
     def __init__(self) -> None:
         self.key: tuple[int, ...] = ()
-        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.states: torch.Tensor | None = None
         self.mask: torch.Tensor | None = None
+        self.both: EncoderDecoderCache | None = None
 
-    def build(self, states: list[ARState], dtype: torch.dtype) -> None:
+    def build(self, states: list[ARState], dtype: torch.dtype, cache: SlotCache) -> None:
         key = tuple(s.data["uid"] for s in states)
         if key == self.key:
             return
@@ -66,45 +68,41 @@ class _CrossStates:
 
         def stack(name: str, index: int | None = None) -> torch.Tensor:
             parts = []
-            for branch in (0, 1):  # conditioned rows first, then the unconditioned ones
-                for s in states:
-                    value = s.data[name] if index is None else s.data[name][index]
-                    value = value[branch]
-                    pad = longest - value.shape[-2]
-                    parts.append(torch.nn.functional.pad(value, (0, 0, 0, pad)))
+            for s in states:
+                value = s.data[name] if index is None else s.data[name][index]
+                pad = longest - value.shape[-2]
+                parts.extend(torch.nn.functional.pad(value, (0, 0, 0, pad)).unbind(0))
             return torch.stack(parts)
 
-        self.layers = [
-            (stack("cross_keys", i), stack("cross_values", i))
-            for i in range(len(states[0].data["cross_keys"]))
-        ]
+        cross = DynamicCache()
+        for layer in range(len(states[0].data["cross_keys"])):
+            cross.update(stack("cross_keys", layer), stack("cross_values", layer), layer)
+        self.both = EncoderDecoderCache(cache, cross)
+        for layer in range(len(cross)):
+            self.both.is_updated[layer] = True
         self.states = stack("encoder")
-        lengths = torch.tensor([int(s.data["encoder"].shape[1]) for s in states] * 2)
-        allowed = torch.arange(longest)[None, :] < lengths[:, None]
-        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(
-            ~allowed, torch.finfo(dtype).min
-        )
-        self.mask = mask[:, None, None].to(self.states.device)
+        lengths = torch.tensor([int(s.data["encoder"].shape[1]) for s in states for _ in "cu"])
+        self.mask = text_mask(lengths.to(self.states.device), longest, dtype)
         self.key = key
 
-    def cache(self, self_attention: SlotCache) -> EncoderDecoderCache:
-        cross = DynamicCache()
-        for layer, (k, v) in enumerate(self.layers):
-            cross.update(k, v, layer)
-        both = EncoderDecoderCache(self_attention, cross)
-        for layer in range(len(self.layers)):
-            both.is_updated[layer] = True
-        return both
+
+def text_mask(lengths: torch.Tensor, keys: int, dtype: torch.dtype) -> torch.Tensor:
+    """``[rows, 1, 1, keys]`` additive cross-attention mask: each row sees its text's bytes."""
+    allowed = torch.arange(keys, device=lengths.device)[None, :] < lengths[:, None]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=lengths.device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None, None]
 
 
 class DiaDecoder(DecoderStage):
     """The decoder's step on its own slot cache (a request's conditioned row in slot ``2 * slot``,
-    its unconditioned one in ``2 * slot + 1``: both in one forward), the logits processors of
-    ``generate()``, sampling, and the undelayed frames of every row."""
+    its unconditioned one in ``2 * slot + 1``: both in one forward, side by side), the logits
+    processors of ``generate()``, sampling, and the undelayed frames of every row."""
 
     #: Per-request settings and counters, one device table each (indexed by slot).
     COUNTS = ("position", "valid", "force_at", "top_k", "guide_k", "seed")
     RATES = ("temperature", "top_p", "guidance")
+    #: The tables a step changes (the rest are written when a request joins).
+    STATE = ("position", "history", "countdown", "active", "finished")
 
     def __init__(
         self, model: DiaForConditionalGeneration, *, slots: int, max_len: int, lookahead: int
@@ -124,12 +122,14 @@ class DiaDecoder(DecoderStage):
         self.tables.update({n: torch.zeros(slots, device=device) for n in self.RATES})
         #: The delayed codes of the last ``window`` positions (a ring by position), the voice
         #: prompt's codes still to force (pad: free), each channel's end countdown.
-        self.history = torch.full((slots, self.window, self.channels), self.pad, **long)
-        self.forced = torch.full((slots, self.delay + 1, self.channels), self.pad, **long)
-        self.countdown = torch.zeros(slots, self.channels, **long)
-        self.active = torch.zeros(slots, dtype=torch.bool, device=device)
-        self.finished = torch.zeros(slots, self.channels, dtype=torch.bool, device=device)
+        self.tables["history"] = torch.full((slots, self.window, self.channels), self.pad, **long)
+        self.tables["forced"] = torch.full((slots, self.delay + 1, self.channels), self.pad, **long)
+        self.tables["countdown"] = torch.zeros(slots, self.channels, **long)
+        self.tables["active"] = torch.zeros(slots, dtype=torch.bool, device=device)
+        self.tables["finished"] = torch.zeros(slots, self.channels, dtype=torch.bool, device=device)
         self._index: tuple[tuple[int, ...], torch.Tensor] = ((), self.delays)
+        #: Host facts per slot: does the request sample (else every step of it is an argmax).
+        self.sampled = [False] * slots
 
     def prompt_length(self, state: ARState) -> int:
         return int(state.data["prefix"].shape[0])
@@ -141,40 +141,39 @@ class DiaDecoder(DecoderStage):
         return self._index[1]
 
     def _forward(self, states: list[ARState], ids: torch.Tensor) -> torch.Tensor:
-        """``ids [rows, new, channels]`` -> the last hidden state of the conditioned and the
-        unconditioned rows, ``[2 * rows, hidden]``."""
-        rows = [s.slot for s in states]
-        self.cache.bind([2 * r for r in rows] + [2 * r + 1 for r in rows], ids.shape[1])
+        """``ids [rows, new, channels]`` -> the last hidden state of each request's conditioned
+        and unconditioned rows, side by side: ``[2 * rows, hidden]``."""
+        self.cache.bind([2 * s.slot + branch for s in states for branch in (0, 1)], ids.shape[1])
         dtype = self.model.dtype
-        self.cross.build(states, dtype)
+        self.cross.build(states, dtype, self.cache)
         out = self.model.model.decoder(
-            input_ids=torch.cat([ids, ids]),
+            input_ids=ids.repeat_interleave(2, dim=0),
             position_ids=self.cache.position_ids(),
             attention_mask=self.cache.attention_mask(dtype),
             encoder_hidden_states=self.cross.states,
             encoder_attention_mask=self.cross.mask,
-            cache=self.cross.cache(self.cache),
+            cache=self.cross.both,
             use_cache=True,
         ).last_hidden_state[:, -1]
         self.cache.advance()
         return out
 
-    def _scores(self, hidden: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """Guidance and the end-of-speech processors of ``generate()``: ``[rows, channels,
-        vocab]`` scores to sample from."""
-        rows = idx.shape[0]
-        logits = self.model.logits_dense(hidden).float().view(2 * rows, self.channels, self.vocab)
-        cond, uncond = logits[:rows], logits[rows:]
-        scale = self.tables["guidance"][idx][:, None, None]
+    def _scores(self, hidden: torch.Tensor, t: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Guidance and the end-of-speech processors of ``generate()`` over rows whose tables
+        are ``t``: (``[rows, channels, vocab]`` scores to sample from, new active, countdown)."""
+        rows = t["position"].shape[0]
+        logits = self.model.logits_dense(hidden).float().view(rows, 2, self.channels, self.vocab)
+        cond, uncond = logits[:, 0], logits[:, 1]
+        scale = t["guidance"][:, None, None]
         guided = cond + (cond - uncond) * scale
         # DiaClassifierFreeGuidanceLogitsProcessor: the conditioned logits, within the top k of
         # the guided ones (k 0: the guided logits themselves)
-        k = self.tables["guide_k"][idx].clamp(min=1, max=self.vocab)
+        k = t["guide_k"].clamp(min=1, max=self.vocab)
         kth = guided.sort(-1, descending=True).values.gather(
             -1, (k - 1)[:, None, None].expand(rows, self.channels, 1)
         )
         filtered = cond.masked_fill(guided < kth, NEG)
-        use_k = (self.tables["guide_k"][idx] > 0)[:, None, None]
+        use_k = (t["guide_k"] > 0)[:, None, None]
         scores = torch.where(use_k, filtered, guided)
         scores = torch.where(scale != 1, scores, cond)
         # DiaEOSChannelFilterLogitsProcessor: only channel 0 ends; its end only if it leads
@@ -186,80 +185,99 @@ class DiaDecoder(DecoderStage):
         is_eos = torch.arange(self.vocab, device=scores.device) == self.eos
         scores = scores.masked_fill(~ends[..., None] & is_eos, NEG)
         # DiaEOSDelayPatternLogitsProcessor: channel c ends `delay[c]` steps after channel 0
-        position = self.tables["position"][idx]
-        active = self.active[idx] | ends[:, 0] | (position == self.tables["force_at"][idx])
-        countdown = self.countdown[idx]
-        force = active[:, None] & (countdown == 0)
+        position = t["position"]
+        active = t["active"] | ends[:, 0] | (position == t["force_at"])
+        force = active[:, None] & (t["countdown"] == 0)
         forced = torch.full_like(scores, NEG)
         forced[..., self.eos] = 0.0
         scores = torch.where(force[..., None], forced, scores)
-        self.active[idx] = active
-        self.countdown[idx] = countdown - active[:, None].long()
-        return scores
+        return scores, active, t["countdown"] - active[:, None].long()
 
-    def _step(self, states: list[ARState], hidden: torch.Tensor) -> StepOutput:
-        idx = self._slots(states)
-        rows = idx.shape[0]
-        scores = self._scores(hidden, idx).reshape(rows * self.channels, self.vocab)
-        position = self.tables["position"][idx]
-        channel = torch.arange(self.channels, device=idx.device)
-
-        def per_channel(name: str) -> torch.Tensor:
-            return self.tables[name][idx].repeat_interleave(self.channels)
-
-        if all(s.data["temperature"] <= 0 for s in states):  # host facts: greedy rows only
+    def advance(
+        self, hidden: torch.Tensor, t: dict[str, torch.Tensor], sampled: bool
+    ) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
+        """One step of rows whose tables are ``t`` (pure: no table is written) -> ((frames
+        ``[rows, (lookahead + 1) * channels]``, stop, is_audio), the new :data:`STATE`)."""
+        rows = t["position"].shape[0]
+        scores, active, countdown = self._scores(hidden, t)
+        scores = scores.reshape(rows * self.channels, self.vocab)
+        position = t["position"]
+        channel = torch.arange(self.channels, device=position.device)
+        if not sampled:  # a host fact: greedy rows only
             raw = scores.argmax(-1).view(rows, self.channels)
         else:
             raw = sample_rows(
                 scores,
-                temperature=per_channel("temperature"),
-                top_p=per_channel("top_p"),
-                top_k=per_channel("top_k"),
-                seeds=per_channel("seed"),
+                temperature=t["temperature"].repeat_interleave(self.channels),
+                top_p=t["top_p"].repeat_interleave(self.channels),
+                top_k=t["top_k"].repeat_interleave(self.channels),
+                seeds=t["seed"].repeat_interleave(self.channels),
                 steps=(position[:, None] * self.channels + channel).reshape(-1),
             ).view(rows, self.channels)
         # finished channels say pad (generate's unfinished sequences); a voice prompt's codes
         # still due are forced in (its delay mask)
-        finished = self.finished[idx]
-        tokens = torch.where(finished, torch.full_like(raw, self.pad), raw)
-        self.finished[idx] = finished | (raw == self.eos)
-        offset = position - self.tables["valid"][idx]
-        due = self.forced[idx, offset.clamp(max=self.delay)]
-        due = torch.where((offset <= self.delay)[:, None], due, torch.full_like(due, self.pad))
+        pad = torch.full_like(raw, self.pad)
+        tokens = torch.where(t["finished"], pad, raw)
+        offset = position - t["valid"]
+        row = torch.arange(rows, device=position.device)
+        due = t["forced"][row, offset.clamp(0, self.delay)]
+        due = torch.where((offset <= self.delay)[:, None], due, pad)
         tokens = torch.where(due != self.pad, due, tokens)
-        ring = position % self.window
-        self.history[idx, ring] = tokens
-        self.tables["position"][idx] = position + 1
+        history = t["history"].index_put((row, position % self.window), tokens)
         # frame t = p - 15 - lookahead and the lookahead frames after it, complete now:
         # channel c's code of frame t + j came at position t + j + d_c
         start = position - (self.window - 1)
-        ahead = torch.arange(self.lookahead + 1, device=idx.device)
+        ahead = torch.arange(self.lookahead + 1, device=position.device)
         where = (start[:, None, None] + ahead[None, :, None] + self.delays) % self.window
-        frames = self.history[idx[:, None, None], where, channel]
-        is_audio = start >= self.tables["valid"][idx]
+        frames = history[row[:, None, None], where, channel]
+        is_audio = start >= t["valid"]
         stop = is_audio & (frames[:, 0, 0] == self.eos)
-        return StepOutput(tokens=frames.reshape(rows, -1), stop=stop, is_audio=is_audio)
+        state = {
+            "position": position + 1,
+            "history": history,
+            "countdown": countdown,
+            "active": active,
+            "finished": t["finished"] | (raw == self.eos),
+        }
+        return (frames.reshape(rows, -1), stop, is_audio), state
 
-    def prefill(self, states: list[ARState], cache: SlotCache) -> StepOutput:
+    def _step(self, states: list[ARState], hidden: torch.Tensor) -> StepOutput:
         idx = self._slots(states)
-        for state in states:  # the slots may hold old requests
+        rows = {name: table[idx] for name, table in self.tables.items()}
+        sampled = any(self.sampled[s.slot] for s in states)
+        (frames, stop, is_audio), state = self.advance(hidden, rows, sampled)
+        for name, value in state.items():
+            self.tables[name][idx] = value
+        return StepOutput(tokens=frames, stop=stop, is_audio=is_audio)
+
+    def join(self, states: list[ARState]) -> torch.Tensor:
+        """Write the tables of the requests joining now (their slots may hold old requests);
+        their slot index."""
+        idx = self._slots(states)
+        for state in states:
             self.cache.reset_slot(2 * state.slot)
             self.cache.reset_slot(2 * state.slot + 1)
+            self.sampled[state.slot] = state.data["temperature"] > 0
         for name in (*self.COUNTS, *self.RATES):
             values = [s.data[name] for s in states]
             self.tables[name][idx] = torch.tensor(values, device=idx.device).to(self.tables[name])
-        self.history[idx] = self.pad
-        self.forced[idx] = torch.stack([s.data["forced"] for s in states]).to(idx.device)
-        self.countdown[idx] = self.delays
-        self.active[idx] = False
-        self.finished[idx] = False
+        self.tables["history"][idx] = self.pad
+        forced = torch.stack([s.data["forced"] for s in states]).to(idx.device)
+        self.tables["forced"][idx] = forced
+        self.tables["countdown"][idx] = self.delays
+        self.tables["active"][idx] = False
+        self.tables["finished"][idx] = False
+        return idx
+
+    def prefill(self, states: list[ARState], cache: SlotCache) -> StepOutput:
+        idx = self.join(states)
         prefix = torch.stack([s.data["prefix"] for s in states]).to(idx.device)
         return self._step(states, self._forward(states, prefix))
 
     def decode(self, states: list[ARState], last: StepOutput, cache: SlotCache) -> StepOutput:
         idx = self._slots(states)
         previous = (self.tables["position"][idx] - 1) % self.window
-        ids = self.history[idx, previous][:, None]
+        ids = self.tables["history"][idx, previous][:, None]
         return self._step(states, self._forward(states, ids))
 
 
@@ -284,9 +302,12 @@ class DiaAudio(ChunkDecoder):
         clip = torch.cat([codes[:, : self.channels], later.transpose(1, 2)], dim=-1)
         keep = slice(context * self.samples_per_frame, frames * self.samples_per_frame)
         ended = clip[:, 0] >= self.end
-        if not bool(ended.any()):  # the one host read of a chunk: does a clip end in it?
+        full = clip.shape[-1]
+        # the one host read of a chunk: where each clip ends in it (DAC is not causal: a clip
+        # that ends is decoded up to its end alone)
+        lengths = torch.where(ended.any(-1), ended.int().argmax(-1), full).tolist()
+        if all(n == full for n in lengths):
             return self._decode(clip)[:, keep]
-        lengths = torch.where(ended.any(-1), ended.int().argmax(-1), clip.shape[-1]).tolist()
         return torch.cat(
             [self._decode(clip[r : r + 1, :, :n])[:, keep] for r, n in enumerate(lengths)]
         )
