@@ -9,7 +9,6 @@ an OpenAI-style error body.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
 import json
@@ -21,7 +20,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from omni_core.testing.services import omni_serve
+from omni_core.testing.services import omni_serve, speak_over_websocket
 
 from omni_pocket_tts.layout import builtin_voices, load_voice
 from omni_pocket_tts.testing import reference_generate
@@ -152,34 +151,12 @@ def test_sse_deltas_arrive_as_chunks_and_make_the_whole_clip(client: Any, url: s
 
 
 def test_the_websocket_text_stream_speaks(checkpoint: Path, url: str, alba: Any) -> None:
-    import websockets
-
-    async def session() -> list[Any]:
-        config = {"type": "session.config", "model": "pocket-tts", "voice": "alba"}
-        messages = [
-            {**config, "response_format": "pcm", **GREEDY},
-            {"type": "input.text", "text": "Hello "},
-            {"type": "input.text", "text": "there."},
-            {"type": "input.done"},
-        ]
-        received: list[Any] = []
-        ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-        async with websockets.connect(ws_url) as ws:
-            for message in messages:
-                await ws.send(json.dumps(message))
-            try:
-                async for item in ws:
-                    received.append(item if isinstance(item, bytes) else json.loads(item))
-            except websockets.ConnectionClosed:
-                pass
-        return received
-
-    received = asyncio.run(session())
-    events = [r for r in received if isinstance(r, dict)]
-    assert [e["type"] for e in events] == ["audio.start", "audio.done", "session.done"], events
-    audio = b"".join(r for r in received if isinstance(r, bytes))
+    session = {"model": "pocket-tts", "voice": "alba", "response_format": "pcm", **GREEDY}
+    spoken = speak_over_websocket(url, session, ["Hello ", "there."])
+    events = [e["type"] for e in spoken.events]
+    assert events == ["audio.start", "audio.done", "session.done"], spoken.events
     _, expected = reference_generate(checkpoint, "Hello there.", voice=alba)
-    _heard_as(expected, _pcm(audio))
+    _heard_as(expected, _pcm(spoken.audio))
 
 
 def test_bad_input_is_a_400_with_an_openai_error(client: Any) -> None:

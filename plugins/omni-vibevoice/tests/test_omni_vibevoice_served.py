@@ -10,9 +10,7 @@ voice prompt, the shortest upload the server takes).
 
 from __future__ import annotations
 
-import asyncio
 import io
-import json
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +20,7 @@ import httpx
 import numpy as np
 import pytest
 import torch
-from omni_core.testing.services import omni_serve
+from omni_core.testing.services import omni_serve, speak_over_websocket
 
 from omni_vibevoice.testing import build_tiny_vibevoice
 
@@ -157,52 +155,12 @@ def test_a_dialogue_with_an_uploaded_and_a_built_in_voice(
 
 
 def test_the_websocket_text_stream_speaks(url: str, reference: Any) -> None:
-    import websockets
-
-    async def session() -> list[Any]:
-        config = {"type": "session.config", "model": "vibevoice", "voice": "speaker_0"}
-        messages = [
-            {**config, "response_format": "pcm", "seed": 0},
-            {"type": "input.text", "text": "Hello "},
-            {"type": "input.text", "text": "there."},
-            {"type": "input.done"},
-        ]
-        received: list[Any] = []
-        ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-        async with websockets.connect(ws_url) as ws:
-            for message in messages:
-                await ws.send(json.dumps(message))
-            try:
-                async for item in ws:
-                    received.append(item if isinstance(item, bytes) else json.loads(item))
-            except websockets.ConnectionClosed:
-                pass
-        return received
-
-    received = asyncio.run(session())
-    events = [r for r in received if isinstance(r, dict)]
-    assert [e["type"] for e in events] == ["audio.start", "audio.done", "session.done"], events
-    audio = b"".join(r for r in received if isinstance(r, bytes))
-    np.testing.assert_allclose(_pcm(audio), reference([(0, "Hello there.")], {}, 0), atol=LSB)
-
-
-async def _ws_session(url: str, config: dict[str, Any], pieces: list[str]) -> list[Any]:
-    """A text-stream session: the config, the pieces, input.done; every message received."""
-    import websockets
-
-    received: list[Any] = []
-    ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-    async with websockets.connect(ws_url) as ws:
-        await ws.send(json.dumps({"type": "session.config", **config}))
-        for piece in pieces:
-            await ws.send(json.dumps({"type": "input.text", "text": piece}))
-        await ws.send(json.dumps({"type": "input.done"}))
-        try:
-            async for item in ws:
-                received.append(item if isinstance(item, bytes) else json.loads(item))
-        except websockets.ConnectionClosed:
-            pass
-    return received
+    session = {"model": "vibevoice", "voice": "speaker_0", "response_format": "pcm", "seed": 0}
+    spoken = speak_over_websocket(url, session, ["Hello ", "there."])
+    events = [e["type"] for e in spoken.events]
+    assert events == ["audio.start", "audio.done", "session.done"], spoken.events
+    expected = reference([(0, "Hello there.")], {}, 0)
+    np.testing.assert_allclose(_pcm(spoken.audio), expected, atol=LSB)
 
 
 def _sentences(received: list[Any]) -> list[tuple[str, bytes]]:
@@ -229,7 +187,7 @@ def test_a_two_speaker_script_streamed_as_text_equals_http_sentence_by_sentence(
     config["speakers"] = {"1": "speaker_3"}  # Speaker 2 keeps its own voice
     pieces = ["Speaker 1: Hi! A longer sen", "tence, to speak.\nSpeaker 2: Hi! A longer ",
               "sentence, to speak."]  # fmt: skip
-    spoken = _sentences(asyncio.run(_ws_session(url, config, pieces)))
+    spoken = _sentences(speak_over_websocket(url, config, pieces).messages)
     assert [text for text, _ in spoken] == [
         "Speaker 1: Hi!",
         "Speaker 1: A longer sentence, to speak.",
@@ -253,11 +211,11 @@ def test_a_two_speaker_script_streamed_as_text_equals_http_sentence_by_sentence(
 
 def test_a_text_stream_session_checks_its_speakers_at_config(url: str) -> None:
     config = {"model": "vibevoice", "voice": "speaker_0", "speakers": {"1": "nobody"}}
-    events = asyncio.run(_ws_session(url, config, ["Speaker 1: Hi!"]))
+    events = speak_over_websocket(url, config, ["Speaker 1: Hi!"]).events
     assert events[0]["type"] == "error" and events[0]["param"] == "speakers", events
     assert "unknown voice 'nobody'" in events[0]["message"]
     config["speakers"] = {"7": "speaker_1"}
-    events = asyncio.run(_ws_session(url, config, ["Speaker 1: Hi!"]))
+    events = speak_over_websocket(url, config, ["Speaker 1: Hi!"]).events
     assert events[0]["type"] == "error" and "not a speaker label" in events[0]["message"]
 
 

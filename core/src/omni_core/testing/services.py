@@ -14,8 +14,9 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +181,50 @@ def omni_serve(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@dataclass(frozen=True)
+class SpokenSession:
+    """What one text-to-speech WebSocket session received, in order: JSON events (dicts) and
+    audio frames (bytes) interleaved as they came."""
+
+    messages: list[dict[str, Any] | bytes]
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return [m for m in self.messages if isinstance(m, dict)]
+
+    @property
+    def audio(self) -> bytes:
+        return b"".join(m for m in self.messages if isinstance(m, bytes))
+
+
+def speak_over_websocket(url: str, session: dict[str, Any], texts: Sequence[str]) -> SpokenSession:
+    """One session of ``omni serve``'s text-to-speech WebSocket (``/v1/audio/speech/stream`` of
+    the server at ``url``): a ``session.config`` with ``session``'s fields (``model``,
+    ``voice``, ``response_format``, options), each text as ``input.text``, then ``input.done``;
+    everything received until the server closes."""
+    import asyncio
+    import json
+
+    import websockets
+
+    async def run() -> list[dict[str, Any] | bytes]:
+        messages = [
+            {"type": "session.config", **session},
+            *({"type": "input.text", "text": text} for text in texts),
+            {"type": "input.done"},
+        ]
+        received: list[dict[str, Any] | bytes] = []
+        ws_url = url.replace("http://", "ws://", 1) + "/v1/audio/speech/stream"
+        async with websockets.connect(ws_url) as ws:
+            for message in messages:
+                await ws.send(json.dumps(message))
+            try:
+                async for item in ws:
+                    received.append(item if isinstance(item, bytes) else json.loads(item))
+            except websockets.ConnectionClosed:
+                pass
+        return received
+
+    return SpokenSession(asyncio.run(run()))
