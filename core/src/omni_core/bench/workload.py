@@ -139,14 +139,14 @@ class Workload(ABC):
 
     @staticmethod
     def load_diffusers_pipeline(
-        pipeline_cls: Any, folder: Path, device: Any, dtype: Any, **components: Any
+        reference_cls: Any, folder: Path, device: Any, dtype: Any, **components: Any
     ) -> Any:
-        """``pipeline_cls.from_pretrained(folder)`` in ``dtype`` (the keyword this diffusers
+        """``reference_cls.from_pretrained(folder)`` in ``dtype`` (the keyword this diffusers
         takes), its progress bar off, on ``device``: what :meth:`load_reference` does for a
         diffusers pipeline. ``components`` are passed through (e.g. a float32 VAE)."""
         from omni_core.diffusion.diffusers_compat import dtype_kwargs
 
-        reference = pipeline_cls.from_pretrained(folder, **components, **dtype_kwargs(dtype))
+        reference = reference_cls.from_pretrained(folder, **components, **dtype_kwargs(dtype))
         reference.set_progress_bar_config(disable=True)
         return reference.to(device)
 
