@@ -139,3 +139,25 @@ def test_emulated_capture_warms_up_then_replays_into_the_captured_outputs() -> N
     report = runner.report()
     assert (report["captured"], report["replays"], report["eager_calls"]) == (1, 2, 0)
     assert report["graphs"] == ["k"]
+
+
+def test_graph_runner_takes_a_fresh_pool_once_its_last_graph_is_gone() -> None:
+    """The allocator retires a pool whose graphs are all gone; capturing into its old handle
+    fails an internal assert (seen on an H200 when Dia's text storage grew and its graphs were
+    cleared), so the runner forgets the handle with its last graph and keeps it otherwise."""
+    from omni_core.testing import emulate_graph_capture
+
+    runner = emulate_graph_capture(GraphRunner("pool", "cpu"))
+    for key in ("a", "b"):
+        runner.run(key, lambda: (torch.ones(1),))
+    handle = runner._pool = object()  # what torch.cuda.graph_pool_handle() set on CUDA
+    runner.drop("a")
+    assert runner._pool is handle  # "b" still lives in it
+    runner.drop("b")
+    assert runner._pool is None
+    for reset in (lambda: runner.clear("storage grew"), lambda: runner.disable("test")):
+        runner.capture = True
+        runner.run("c", lambda: (torch.ones(1),))
+        runner._pool = object()
+        reset()
+        assert runner._pool is None and not runner.has("c")

@@ -253,3 +253,58 @@ def test_token2wav_rows_in_one_batch_equal_each_row_alone(omni: Omni) -> None:
     assert together.shape == (4, (frames - 3) * codec.samples_per_frame)
     torch.testing.assert_close(together, alone, rtol=1e-4, atol=1e-5)
     assert not torch.allclose(together[0], together[1])  # another seed, other noise
+
+
+@pytest.mark.parametrize("gather", [1, 4])
+def test_streamed_answers_started_apart_share_token2wav_calls(checkpoint: Any, gather: int) -> None:
+    """Three seeded streamed answers that join 0, 1 and 3 steps apart: with
+    ``audio_gather_steps=4`` their chunks are decoded in shared token2wav calls (fewer calls than
+    chunks), with 1 each as soon as due; either way each answer's audio is its audio alone
+    (its own chunk boundaries, its own noise)."""
+    chunked = Omni(
+        checkpoint,
+        device="cpu",
+        talker_max_frames=TALKER_FRAMES,
+        talker_sample="off",
+        audio_chunk_frames=6,
+        audio_first_chunk_frames=3,
+        audio_left_context=6,
+        audio_gather_steps=gather,
+    )
+    pipeline = chunked.pipeline
+    prompts = ["hello world, the sound", "hello sound, the world", "the world, hello sound"]
+    fields = {"max_tokens": 10, "temperature": 0, "modalities": ("text", "audio"), "stream": True}
+    cases = [([ChatMessage.text("user", p)], {**fields, "seed": i}) for i, p in enumerate(prompts)]
+    alone = [_audio_of(_run(chunked, m, **f)[1]) for m, f in cases]
+    runtime = pipeline.shared_runtime()
+    assert runtime.speech_chain is not None
+    codec = runtime.speech_chain.stages.codec
+    calls: list[int] = []
+
+    def counted(codes: Any, context: int) -> Any:
+        calls.append(codes.shape[0])
+        return type(codec).decode(codec, codes, context)
+
+    codec.decode = counted  # type: ignore[method-assign]
+    try:
+        streams, deltas = [], [[] for _ in cases]
+        for step in range(400):
+            if step in (0, 1, 3):
+                m, f = cases[len(streams)]
+                streams.append(pipeline.open(pipeline.validate(chunked.request(messages=m, **f))))
+            runtime.step()
+            for i, s in enumerate(streams):
+                deltas[i].extend(s.poll())
+            if len(streams) == len(cases) and all(s.done for s in streams):
+                break
+    finally:
+        del codec.decode
+    assert all(s.error is None for s in streams)
+    chunks = sum(sum(d.audio is not None for d in mine) for mine in deltas)
+    assert chunks >= 3 * 4 and sum(calls) == chunks
+    if gather == 1:
+        assert len(calls) > len(cases) * 3  # offsets keep most calls apart
+    else:
+        assert len(calls) <= chunks * 2 // 3 and max(calls) == len(cases), calls
+    for mine, ref in zip(deltas, alone, strict=True):
+        np.testing.assert_allclose(_audio_of(mine), ref, atol=1e-5)

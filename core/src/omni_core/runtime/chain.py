@@ -8,11 +8,14 @@ request and returns its :class:`SpeechStream`; each :meth:`ARRuntime.step` then
    the ``prefill`` of the requests that join now (while cache slots are free; one forward per
    prompt length),
 3. runs the frame stages over all rows of the step at once,
-4. and, for each request whose chunk is due (:class:`~omni_core.runtime.stages.ChunkSchedule`),
-   reads its stop flags back (the only host synchronisation, once per handed-out chunk), cuts
-   the frames at the stop, decodes them with left context and hands the audio delta out (a
-   seeded request's chunks are decoded alone: a codec batched with other requests rounds its
-   samples differently, so the same seed would not give the same file).
+4. and, for each request whose chunk is due (:class:`~omni_core.runtime.stages.ChunkSchedule`;
+   with ``gather`` > 1 only on every ``gather``-th step, so requests a few steps apart share a
+   codec call), reads its stop flags back (the only host synchronisation, once per handed-out
+   chunk), cuts the frames at the stop and at the request's own chunk boundaries, decodes them
+   with left context, one codec call per shape, and hands the audio delta out (a seeded
+   request's chunks are decoded alone unless the codec says ``batches_seeded``: a codec batched
+   with other requests may round its samples differently, so the same seed would not give the
+   same file).
 
 Nothing else reads device values: frame counts, cache lengths and chunk boundaries are known on
 the host. The engine's worker calls :meth:`step` once per loop iteration, so concurrent requests
@@ -117,8 +120,13 @@ class ARRuntime(SlotRuntime[SpeechStream]):
 
         with self.lock, torch.inference_mode():
             self._drop_expired()
-            rows, out = self._forward(list(self._active))
+            # a request at its last frame waiting for a gathering step is not stepped again
+            held = [s for s in self._active if s.state.frames >= s.state.max_frames]
+            stepped = [s for s in self._active if s.state.frames < s.state.max_frames]
+            rows, out = self._forward(stepped)
             if not rows:
+                if held:  # nobody else steps: nothing to wait for
+                    self._hand_out([(s, len(s.pending)) for s in held])
                 return
             states = [s.state for s in rows]
             try:
@@ -130,26 +138,37 @@ class ARRuntime(SlotRuntime[SpeechStream]):
                     self._fail(stream, exc)
                 return
             self._keep(rows, out)
-            due, checks = [], []
             for stream in rows:
                 stream.state.frames += 1
+            due: list[tuple[SpeechStream, int]] = []
+            checks: list[SpeechStream] = []
+            waiting = set(map(id, held))
+            for stream in [*held, *rows]:
                 schedule = stream.state.schedule or self.stages.schedule
-                target = schedule.target(stream.chunks)
-                if len(stream.pending) >= target or stream.state.frames >= stream.state.max_frames:
-                    due.append(stream)
-                elif len(stream.pending) % max(schedule.check, 1) == 0:
+                # alone, there is nobody to wait for
+                gathering = self.steps % schedule.gather == 0 or len(self._active) == 1
+                count, target = len(stream.pending), schedule.target(stream.chunks)
+                if gathering and stream.state.frames >= stream.state.max_frames:
+                    due.append((stream, count))
+                elif gathering and count >= target:
+                    due.append((stream, count))
+                elif count % max(schedule.check, 1) == 0 and id(stream) not in waiting:
                     checks.append(stream)
             if due or checks:
                 self._hand_out(due, checks)
 
-    def _hand_out(self, due: list[SpeechStream], checks: list[SpeechStream] | None = None) -> None:
-        """Read the stop flags of the due chunks and of the streams ``checks`` names (one sync),
-        decode and hand out the audio of the due ones and of checked ones that stopped."""
+    def _hand_out(
+        self, due: list[tuple[SpeechStream, int]], checks: list[SpeechStream] | None = None
+    ) -> None:
+        """Read the stop flags of the due streams' first ``count`` pending frames and of the
+        pending frames of the streams ``checks`` names (one sync), then decode and hand out
+        the complete chunks among them (and, for a stream that stopped or made its last frame,
+        the rest); frames of a chunk not complete yet stay pending."""
         import torch
 
         checks = checks or []
-        read = [*due, *checks]
-        rows = [r for s in read for r in s.pending]
+        read = [*due, *((s, len(s.pending)) for s in checks)]
+        rows = [r for s, count in read for r in s.pending[:count]]
         flags = torch.cat([r.stop for r in rows])
         marked = any(r.is_audio is not None for r in rows)
         if marked:  # which frames are audio, read in the same sync as the stop flags
@@ -158,37 +177,87 @@ class ARRuntime(SlotRuntime[SpeechStream]):
         host = flags.to("cpu").tolist()
         host, is_audio = (host[0], host[1]) if marked else (host, None)
         self.syncs += 1
-        offset, work = 0, []
+        offset = 0
         checked = set(map(id, checks))
-        for stream in read:
-            count = len(stream.pending)
+        #: per stream, its pieces in order: (stream, codes or None, ended)
+        work: list[list[tuple[SpeechStream, torch.Tensor | None, bool]]] = []
+        for stream, count in read:
             mine = host[offset : offset + count]
+            audible = None if is_audio is None else is_audio[offset : offset + count]
             offset += count
             if id(stream) in checked and True not in mine:
                 continue  # not due and not stopped: its frames wait for their chunk
             keep = mine.index(True) if True in mine else count
-            ended = keep < count or stream.state.frames >= stream.state.max_frames
+            ended = keep < count or (
+                count == len(stream.pending) and stream.state.frames >= stream.state.max_frames
+            )
             frames = stream.pending[:keep]
-            if is_audio is not None:  # frames of control tokens make no audio
-                audible = is_audio[offset - count : offset - count + keep]
-                frames = [r for r, a in zip(frames, audible, strict=True) if a]
-            codes = torch.cat([r.tokens for r in frames]).T if frames else None
-            stream.pending = []
-            work.append((stream, codes, ended))
-        # one codec call per group of equal shapes (context frames, new frames); a seeded
-        # request alone (module docstring)
-        groups: dict[tuple[int, int, int], list[tuple[SpeechStream, torch.Tensor, bool]]] = {}
-        for stream, codes, ended in work:
-            if codes is None:
-                if ended:
-                    self._finish(stream, None)
-                continue
-            context = 0 if stream.context is None else stream.context.shape[1]
-            alone = id(stream) if stream.state.request.seed is not None else 0
-            key = (context, codes.shape[1], alone)
-            groups.setdefault(key, []).append((stream, codes, ended))
-        for (context, _, _), members in groups.items():
-            self._decode_audio(context, members)
+            stream.pending = [] if ended else stream.pending[count:]
+            work.append(self._pieces(stream, frames, audible, ended))
+        # decode round by round (a stream's second piece needs its first piece's context);
+        # in a round, one codec call per group of equal shapes (context frames, new frames)
+        for round_ in range(max((len(w) for w in work), default=0)):
+            groups: dict[tuple[int, int, int], list[tuple[SpeechStream, Any, bool]]] = {}
+            for pieces in work:
+                if round_ >= len(pieces):
+                    continue
+                stream, codes, ended = pieces[round_]
+                if codes is None:  # nothing audible in it
+                    if ended:
+                        self._finish(stream, None)
+                    continue
+                context = 0 if stream.context is None else stream.context.shape[1]
+                key = (context, codes.shape[1], self._alone(stream))
+                groups.setdefault(key, []).append((stream, codes, ended))
+            for (context, _, _), members in groups.items():
+                self._decode_audio(context, members)
+
+    def _pieces(
+        self,
+        stream: SpeechStream,
+        frames: list[StepOutput],
+        audible: list[bool] | None,
+        ended: bool,
+    ) -> list[tuple[SpeechStream, torch.Tensor | None, bool]]:
+        """``frames`` cut into the stream's own chunks (its schedule's targets, from the
+        chunks it has had), so its chunk boundaries do not depend on when they were handed
+        out; an incomplete last chunk goes back to pending unless the stream ``ended``."""
+        import torch
+
+        schedule = stream.state.schedule or self.stages.schedule
+        pieces: list[tuple[SpeechStream, torch.Tensor | None, bool]] = []
+        start = 0
+        while len(frames) - start >= schedule.target(stream.chunks + len(pieces)) > 0:
+            end = start + schedule.target(stream.chunks + len(pieces))
+            pieces.append((stream, self._codes(frames[start:end], audible, start), False))
+            start = end
+        if not ended:
+            stream.pending = frames[start:] + stream.pending
+        elif start < len(frames) or not pieces:
+            pieces.append((stream, self._codes(frames[start:], audible, start), True))
+        else:
+            pieces[-1] = (stream, pieces[-1][1], True)
+        return pieces
+
+    @staticmethod
+    def _codes(
+        frames: list[StepOutput], audible: list[bool] | None, start: int
+    ) -> torch.Tensor | None:
+        """``[codebooks, frames]`` of the audible ``frames`` (None: none; control tokens make
+        no audio)."""
+        import torch
+
+        if audible is not None:
+            flags = audible[start : start + len(frames)]
+            frames = [r for r, a in zip(frames, flags, strict=True) if a]
+        return torch.cat([r.tokens for r in frames]).T if frames else None
+
+    def _alone(self, stream: SpeechStream) -> int:
+        """A seeded request's chunks get a codec call of their own unless the codec says its
+        rows do not depend on each other (module docstring)."""
+        if self.stages.codec.batches_seeded or stream.state.request.seed is None:
+            return 0
+        return id(stream)
 
     def _decode_audio(
         self, context: int, members: list[tuple[SpeechStream, torch.Tensor, bool]]

@@ -284,19 +284,25 @@ class GraphRunner:
         """Forget ``key``'s graph, if any (its memory returns to the pool; the next run of
         ``key`` captures it again): how a caller keeps an LRU of shapes."""
         self._graphs.pop(key, None)
+        self._release_pool()
 
     def clear(self, why: str) -> None:
         """Drop every graph (e.g. the storage they read was reallocated); they are recaptured."""
         if self._graphs:
             log.info("%s: dropping %d CUDA graphs (%s)", self.name, len(self._graphs), why)
         self._graphs.clear()
+        self._release_pool()
 
     def disable(self, reason: str) -> None:
         """Run eagerly from now on (graphs dropped); ``reason`` is logged and reported."""
         if self.capture:
             log.warning("%s: CUDA graphs off, the static path runs eagerly: %s", self.name, reason)
         self.capture, self.reason, self._failed = False, reason, True
-        self._graphs.clear()
+        self.clear(reason)
+
+    def _release_pool(self) -> None:
+        # the allocator retires a pool with its last graph: reusing the handle fails an assert
+        self._pool = self._pool if self._graphs else None
 
     def run(self, key: Hashable, fn: StepFn) -> tuple[torch.Tensor, ...]:
         """``fn()``'s outputs for ``key``: replayed from its graph (captured on first use) or

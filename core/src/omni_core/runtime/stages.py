@@ -141,6 +141,11 @@ class ChunkDecoder(ABC):
     #: Frames of already-decoded context passed before the new ones of each chunk, so a chunk
     #: joins its predecessor seamlessly.
     left_context: int = 0
+    #: True when a row's audio does not depend on the other rows of its call (seeded noise per
+    #: row, within float rounding), so the runtime batches seeded requests' chunks too; False
+    #: (default): a seeded request's chunks are decoded alone, so its file is the same alone
+    #: or under load.
+    batches_seeded: bool = False
 
     @abstractmethod
     def decode(self, codes: torch.Tensor, context: int) -> torch.Tensor:
@@ -163,6 +168,19 @@ class ChunkSchedule:
     #: other reads of that step), so a request whose chunks are long (a whole answer decoded at
     #: once) ends soon after its stop token instead of at ``max_frames``.
     check: int = 16
+    #: Chunks are handed out only on runtime steps that are a multiple of ``gather`` (a due
+    #: chunk waits for the next one; a request at its last frame waits unstepped), so requests
+    #: that started a few steps apart share one codec call instead of one each; their chunk
+    #: boundaries stay their own (``first``, then ``rest``). 1: as soon as a chunk is due. Worth
+    #: it where a codec call costs about as much for many rows as for one (launch-bound).
+    gather: int = 1
+
+    def __post_init__(self) -> None:
+        if self.first < 1 or self.rest < 1 or self.gather < 1:
+            raise ValueError(
+                f"ChunkSchedule: first, rest and gather must be >= 1 (got {self.first}, "
+                f"{self.rest}, {self.gather})"
+            )
 
     def target(self, emitted_chunks: int) -> int:
         return self.first if emitted_chunks == 0 else self.rest

@@ -18,6 +18,10 @@ Load options (``--option key=value`` / ``Omni(path, key=value)``):
   ``audio_first_chunk_frames``, default 12) with ``audio_left_context`` codes of left context
   (default 24), so audio comes early but differs from the whole decode (the DiT's noise and its
   look-ahead differ per chunk); ``audio_chunk_frames=0`` decodes streamed answers whole too.
+- ``audio_gather_steps``: streamed chunks are decoded only on every n-th talker step (default
+  8; 1: as soon as due), so answers that started a few steps apart share one token2wav call (it
+  costs about as much for eight rows as for one) instead of one call each; each answer keeps
+  its own chunk boundaries, so its audio is what it is alone.
 - ``token2wav_steps``: ODE steps of the DiT (default 10, transformers' default).
 - ``cuda_graphs``: ``on`` (default): on CUDA, token2wav's DiT forward is replayed as CUDA graphs
   per input shape (:mod:`.qwen25_dit_graphs`; a fraction of the launch cost, the waveform
@@ -66,6 +70,8 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         "audio_first_chunk_frames": "codes in the first streamed chunk (default 12; smaller: "
         "first audio earlier)",
         "audio_left_context": "codes of left context per streamed chunk (default 24)",
+        "audio_gather_steps": "decode streamed chunks on every n-th talker step, several "
+        "answers' in one token2wav call (default 8; 1: as soon as due)",
         "token2wav_steps": "DiT ODE steps (default 10)",
         "cuda_graphs": "on (default): token2wav's DiT replayed as CUDA graphs on CUDA; off: eager",
         "decode_graphs": "on (default): thinker and talker decode steps replayed as CUDA graphs "
@@ -102,6 +108,9 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         first = int(extra.get("audio_first_chunk_frames", min(12, self.chunk_frames)))
         self.first_chunk_frames = first
         self.left_context = int(extra.get("audio_left_context", 24))
+        self.gather_steps = int(extra.get("audio_gather_steps", 8))
+        if self.gather_steps < 1:
+            raise ConfigError(f"audio_gather_steps={self.gather_steps}: expected >= 1")
         self.token2wav_steps = int(extra.get("token2wav_steps", 10))
         self.cuda_graphs = flag("cuda_graphs", extra.get("cuda_graphs", "on"))
         self.decode_graphs = str(extra.get("decode_graphs", "on")).strip().lower()
@@ -167,7 +176,11 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
             # audio_chunk_frames=0) get ChunkSchedule.whole() per request (TalkerFollower)
             whole = ChunkSchedule.whole()
             schedule = (
-                ChunkSchedule(first=self.first_chunk_frames or 1, rest=self.chunk_frames)
+                ChunkSchedule(
+                    first=self.first_chunk_frames or 1,
+                    rest=self.chunk_frames,
+                    gather=self.gather_steps,
+                )
                 if self.chunk_frames
                 else whole
             )

@@ -211,6 +211,8 @@ class Token2WavDecoder(ChunkDecoder):
     """token2wav (DiT + BigVGAN) over chunks with left context (module doc)."""
 
     sample_rate = 24000
+    #: each row's noise comes from its own seed, so seeded answers share calls
+    batches_seeded = True
 
     def __init__(
         self,
