@@ -9,7 +9,9 @@ in float32 as transformers runs it, one speaker, ``--context`` + ``--new`` codes
 - for one eager decode at one row: GPU time per DiT part (CUDA events around the modules'
   forwards: ``spk_encoder`` (the reference mel's ECAPA, recomputed at every one of the 36 ODE
   evaluations), the other input embeddings, the transformer blocks, the output norm), BigVGAN;
-- the kernels of that decode (torch.profiler): count, busy time, the busiest ones.
+- the kernels of that decode (torch.profiler): count, busy time, the busiest ones;
+- the lossy ``token2wav_matmul=tf32`` option: decode time per ``--rows`` and the waveform's
+  maximum difference and SNR against the fp32 decode of the same codes and seeds.
 
     source bench/gpu_env.sh
     python3 bench/token2wav_profile.py --out $OUT/token2wav-profile-h200.json
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -167,6 +170,22 @@ def main() -> None:
                 codes = _codes(1, args.context, args.new, "cuda")
                 result["eager_parts_ms"] = _parts(decoder, codes, args.context)
                 result["eager_kernels"] = _kernels(decoder, codes, args.context)
+    # the lossy option: TF32 matmuls (graphs on), its time and its cost against fp32
+    exact = Token2WavDecoder(model, [speaker], steps=10, left=args.context, graphs=True)
+    fast = Token2WavDecoder(model, [speaker], steps=10, left=args.context, graphs=True, tf32=True)
+    result["tf32"] = {}
+    with torch.inference_mode():
+        for rows in map(int, args.rows.split(",")):
+            codes = _codes(rows, args.context, args.new, "cuda")
+            took = _time(fast, codes, args.context, args.reps)
+            want, got = exact.decode(codes, args.context), fast.decode(codes, args.context)
+            noise = float((got - want).pow(2).mean())
+            result["tf32"][f"rows={rows}"] = {
+                "decode_s": took,
+                "max_abs_diff_vs_fp32": float((got - want).abs().max()),
+                "snr_db_vs_fp32": 10 * math.log10(float(want.pow(2).mean()) / max(noise, 1e-30)),
+            }
+            print(f"tf32 rows={rows}: {result['tf32'][f'rows={rows}']}", flush=True)
     print(json.dumps({k: result[k] for k in ("eager_parts_ms", "eager_kernels")}, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))

@@ -100,3 +100,32 @@ def test_decode_graphs_option(checkpoint: Any) -> None:
     # "on" captures on CUDA only: on the CPU it is the eager stages
     runtime = _omni(checkpoint, decode_graphs="on").pipeline.shared_runtime()
     assert type(runtime.stages.decoder).__name__ == "ThinkerStage"
+
+
+def test_token2wav_matmul_and_gather_options(checkpoint: Any) -> None:
+    """Bad values are a ConfigError; ``tf32`` sets CUDA's float32 matmul precision only while
+    token2wav decodes (on the CPU it changes nothing: the audio equals fp32's)."""
+    import torch
+
+    with pytest.raises(ConfigError, match="token2wav_matmul"):
+        _omni(checkpoint, token2wav_matmul="fp16")
+    with pytest.raises(ConfigError, match="audio_gather_steps"):
+        _omni(checkpoint, audio_gather_steps=0)
+    codecs = {}
+    for matmul in ("fp32", "tf32"):
+        runtime = _omni(checkpoint, token2wav_matmul=matmul).pipeline.shared_runtime()
+        codecs[matmul] = runtime.speech_chain.stages.codec
+    assert codecs["tf32"].tf32 and not codecs["fp32"].tf32
+    seen = []
+    dit = codecs["tf32"].token2wav.code2wav_dit_model
+    hook = dit.register_forward_pre_hook(
+        lambda *_: seen.append(torch.backends.cuda.matmul.fp32_precision)
+    )
+    before = torch.backends.cuda.matmul.fp32_precision
+    codes = torch.zeros(1, 3, 8, dtype=torch.long)
+    try:
+        tf32 = codecs["tf32"].decode(codes, 2)
+    finally:
+        hook.remove()
+    assert set(seen) == {"tf32"} and torch.backends.cuda.matmul.fp32_precision == before
+    np.testing.assert_array_equal(tf32.numpy(), codecs["fp32"].decode(codes, 2).numpy())

@@ -222,7 +222,6 @@ class ARRuntime(SlotRuntime[SpeechStream]):
         """``frames`` cut into the stream's own chunks (its schedule's targets, from the
         chunks it has had), so its chunk boundaries do not depend on when they were handed
         out; an incomplete last chunk goes back to pending unless the stream ``ended``."""
-        import torch
 
         schedule = stream.state.schedule or self.stages.schedule
         pieces: list[tuple[SpeechStream, torch.Tensor | None, bool]] = []

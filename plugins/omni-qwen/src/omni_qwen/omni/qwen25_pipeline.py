@@ -23,6 +23,10 @@ Load options (``--option key=value`` / ``Omni(path, key=value)``):
   costs about as much for eight rows as for one) instead of one call each; each answer keeps
   its own chunk boundaries, so its audio is what it is alone.
 - ``token2wav_steps``: ODE steps of the DiT (default 10, transformers' default).
+- ``token2wav_matmul``: ``fp32`` (default: token2wav's float32 matmuls in full float32, as
+  transformers runs them) or ``tf32`` (on CUDA, those matmuls on the tensor cores in TF32 while
+  token2wav decodes: faster, lossy; its cost against fp32 is measured by
+  ``bench/token2wav_profile.py``).
 - ``cuda_graphs``: ``on`` (default): on CUDA, token2wav's DiT forward is replayed as CUDA graphs
   per input shape (:mod:`.qwen25_dit_graphs`; a fraction of the launch cost, the waveform
   within 1.5e-4 of the eager forward's on an H200);
@@ -73,6 +77,8 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         "audio_gather_steps": "decode streamed chunks on every n-th talker step, several "
         "answers' in one token2wav call (default 8; 1: as soon as due)",
         "token2wav_steps": "DiT ODE steps (default 10)",
+        "token2wav_matmul": "fp32 (default, as transformers) or tf32 (CUDA tensor cores: "
+        "faster, lossy)",
         "cuda_graphs": "on (default): token2wav's DiT replayed as CUDA graphs on CUDA; off: eager",
         "decode_graphs": "on (default): thinker and talker decode steps replayed as CUDA graphs "
         "on CUDA; static: the same static steps uncaptured; off: the eager stages",
@@ -112,6 +118,11 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
         if self.gather_steps < 1:
             raise ConfigError(f"audio_gather_steps={self.gather_steps}: expected >= 1")
         self.token2wav_steps = int(extra.get("token2wav_steps", 10))
+        self.token2wav_matmul = str(extra.get("token2wav_matmul", "fp32")).strip().lower()
+        if self.token2wav_matmul not in ("fp32", "tf32"):
+            raise ConfigError(
+                f"token2wav_matmul={extra.get('token2wav_matmul')!r}: expected fp32 or tf32"
+            )
         self.cuda_graphs = flag("cuda_graphs", extra.get("cuda_graphs", "on"))
         self.decode_graphs = str(extra.get("decode_graphs", "on")).strip().lower()
         if self.decode_graphs not in ("on", "static", "off"):
@@ -192,6 +203,7 @@ class Qwen25OmniPipeline(AutoregressiveChatPipeline):
                 steps=self.token2wav_steps,
                 left=self.left_context,
                 graphs=self.cuda_graphs,
+                tf32=self.token2wav_matmul == "tf32",
                 talker_stage=partial(make_stage, TalkerStage, self.decode_graphs),
             )
 

@@ -29,7 +29,8 @@ prompt
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -207,6 +208,24 @@ GUIDANCE_SCALE = 0.5
 SWAY = -1.0
 
 
+@contextmanager
+def _matmul_precision(precision: str | None) -> Iterator[None]:
+    """CUDA float32 matmuls at ``precision`` inside the block (None: unchanged). The setting is
+    the process's: set around the engine thread's token2wav call only, restored after."""
+    import torch
+
+    if precision is None:
+        yield
+        return
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = precision
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = before
+
+
 class Token2WavDecoder(ChunkDecoder):
     """token2wav (DiT + BigVGAN) over chunks with left context (module doc)."""
 
@@ -221,8 +240,12 @@ class Token2WavDecoder(ChunkDecoder):
         steps: int,
         left: int,
         graphs: bool = True,
+        tf32: bool = False,
     ) -> None:
         from .qwen25_dit_graphs import GraphedDiT
+
+        #: CUDA float32 matmuls as TF32 inside :meth:`decode` (``token2wav_matmul=tf32``: lossy)
+        self.tf32 = bool(tf32)
 
         dit = token2wav.code2wav_dit_model
         #: The DiT's forward replayed as CUDA graphs inside :meth:`decode` (``cuda_graphs``).
@@ -245,7 +268,7 @@ class Token2WavDecoder(ChunkDecoder):
         by_speaker: dict[int, list[int]] = {}
         for row, (speaker, _) in enumerate(tails):
             by_speaker.setdefault(speaker, []).append(row)
-        with self.graphs.scope():
+        with self.graphs.scope(), _matmul_precision("tf32" if self.tf32 else None):
             for speaker, rows in by_speaker.items():
                 seeds = [tails[row][1] for row in rows]
                 wavs = self._waveforms(codes[rows, 0], self.speakers[speaker], seeds)
