@@ -20,7 +20,9 @@ tokens). Speech is capped at ``--speech-frames`` codes per answer
 earlier, so each row reports the seconds of audio it got.
 
 Then ``omni bench serve --task chat --checkpoint DIR --start-server`` runs (the command is in
-the result), and its report is added to ``--out``'s ``runs``; ``rows`` holds the latest row of
+the result; the server and the in-process engine run with ``--batch-seeded``: every bench
+answer is seeded, and a user's unseeded answers share token2wav calls by default, which is what
+this measures), and its report is added to ``--out``'s ``runs``; ``rows`` holds the latest row of
 every model, path, mode and level over the runs (so levels may be measured in separate runs),
 ``targets`` each target of the issue against them. A run's report holds the rows of the
 issue's schema (``model``, ``concurrency``, ``path``, ``first_audio_s``, ``rtf``,
@@ -227,7 +229,7 @@ def main() -> None:
         "--text-concurrency", args.text_concurrency, "--max-tokens", str(args.max_tokens),
         "--rounds", str(args.rounds), "--output", str(raw_out),
         *(a for o in options for a in ("--option", o)),
-        *(f"--serve-arg={a}" for a in args.serve_arg),
+        *(f"--serve-arg={a}" for a in ["--batch-seeded", *args.serve_arg]),
     ]  # fmt: skip
     command = "omni " + " ".join(argv)
     env = {**os.environ, "OMNI_BENCH_COMMAND": command}

@@ -10,6 +10,10 @@ in float32 as transformers runs it, one speaker, ``--context`` + ``--new`` codes
   forwards: ``spk_encoder`` (the reference mel's ECAPA, recomputed at every one of the 36 ODE
   evaluations), the other input embeddings, the transformer blocks, the output norm), BigVGAN;
 - the kernels of that decode (torch.profiler): count, busy time, the busiest ones;
+- the speaker encoding computed once per decode (``FixedSpeaker``, the default) against the
+  ECAPA run at every forward as transformers does: decode time per ``--rows`` (graphs on) and
+  the waveform's largest difference between the two (lossless: the same kernels on the same
+  input);
 - the lossy ``token2wav_matmul=tf32`` option: decode time per ``--rows`` and the waveform's
   maximum difference and SNR against the fp32 decode of the same codes and seeds.
 
@@ -170,6 +174,26 @@ def main() -> None:
                 codes = _codes(1, args.context, args.new, "cuda")
                 result["eager_parts_ms"] = _parts(decoder, codes, args.context)
                 result["eager_kernels"] = _kernels(decoder, codes, args.context)
+    # the speaker encoding once per decode (default) against at every forward (transformers')
+    once = Token2WavDecoder(model, [speaker], steps=10, left=args.context, graphs=True)
+    every = Token2WavDecoder(model, [speaker], steps=10, left=args.context, graphs=True)
+    every.speaker_encoding.enabled = False
+    result["speaker_once"] = {}
+    with torch.inference_mode():
+        for rows in map(int, args.rows.split(",")):
+            codes = _codes(rows, args.context, args.new, "cuda")
+            slow, fast = (
+                _time(every, codes, args.context, args.reps),
+                _time(once, codes, args.context, args.reps),
+            )
+            want, got = every.decode(codes, args.context), once.decode(codes, args.context)
+            result["speaker_once"][f"rows={rows}"] = {
+                "decode_s": fast,
+                "every_forward_decode_s": slow,
+                "max_abs_diff_vs_every_forward": float((got - want).abs().max()),
+            }
+            print(f"speaker once rows={rows}: {result['speaker_once'][f'rows={rows}']}", flush=True)
+    del once, every
     # the lossy option: TF32 matmuls (graphs on), its time and its cost against fp32
     exact = Token2WavDecoder(model, [speaker], steps=10, left=args.context, graphs=True)
     fast = Token2WavDecoder(model, [speaker], steps=10, left=args.context, graphs=True, tf32=True)

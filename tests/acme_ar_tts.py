@@ -169,6 +169,8 @@ class AcmeCodePredictor(FrameStage):
 
 class AcmeCodec(ChunkDecoder):
     left_context = 1
+    #: each row is decoded on its own (float64, no noise): seeded requests may share calls
+    batches_seeded = True
 
     def __init__(self, model: AcmeModel, cfg: dict[str, Any]) -> None:
         self.model = model

@@ -133,6 +133,37 @@ def test_engine_shares_steps_and_deltas_concatenate(omni) -> None:
         engine.stop()
 
 
+@pytest.mark.parametrize("batch_seeded", [False, True])
+def test_seeded_requests_share_codec_calls_only_under_batch_seeded(omni, batch_seeded) -> None:
+    """The engine hands its ``batch_seeded`` to the runtime (``allow_seeded_batches``): a codec
+    that ``batches_seeded`` then decodes seeded requests' chunks together; without it each
+    seeded request's chunks get calls of their own (the same seed, the same bytes)."""
+    pipeline = omni.pipeline
+    codec = pipeline.shared_runtime().stages.codec
+    rows: list[int] = []
+
+    def counted(codes: torch.Tensor, context: int) -> torch.Tensor:
+        rows.append(codes.shape[0])
+        return type(codec).decode(codec, codes, context)
+
+    codec.decode = counted  # type: ignore[method-assign]
+    engine = Engine(pipeline, name="acme", max_batch=8, batch_seeded=batch_seeded).start()
+    try:
+        jobs = [
+            engine.submit(Job(pipeline.validate(omni.request(text, seed=i))))
+            for i, text in enumerate(TEXTS)
+        ]
+        results = [job.future.result(60) for job in jobs]
+    finally:
+        engine.stop()
+        del codec.decode
+        pipeline.shared_runtime().allow_seeded_batches(False)
+    for text, result in zip(TEXTS, results, strict=True):
+        _, audio = _reference(omni, text)
+        np.testing.assert_allclose(result.audio, audio.float().numpy(), atol=1e-6)
+    assert (max(rows) > 1) is batch_seeded, rows
+
+
 def test_cancellation_and_time_limit_between_steps(omni) -> None:
     pipeline = omni.pipeline
     runtime = pipeline.shared_runtime()

@@ -1,6 +1,7 @@
 """``ChunkSchedule.gather``: due chunks wait for every n-th step, so requests that joined a few
 steps apart share codec calls, each keeping its own chunk boundaries; a request at its last
-frame waits unstepped; seeded requests share calls only with a codec that ``batches_seeded``.
+frame waits unstepped; seeded requests share calls only with a codec that ``batches_seeded``
+on a runtime allowed ``batch_seeded`` (the server's ``--batch-seeded``).
 """
 
 from __future__ import annotations
@@ -56,12 +57,13 @@ class Calls(ChunkDecoder):
         return codes[:, 0, context:]
 
 
-def _serve(gather: int, seeded: bool = False, batches_seeded: bool = False):
+def _serve(gather: int, seeded: bool = False, batches_seeded: bool = False, allowed: bool = False):
     decoder, codec = Frames(), Calls(batches_seeded)
     schedule = ChunkSchedule(first=2, rest=4, gather=gather)
     runtime = ARRuntime(
         SpeechStages(decoder=decoder, codec=codec, schedule=schedule, max_len=64), max_batch=4
     )
+    runtime.allow_seeded_batches(allowed)
     streams, chunks = [], [[], [], []]
     for step in range(60):
         if step in (0, 1, 3):
@@ -95,13 +97,16 @@ def test_gathered_chunks_keep_each_requests_own_boundaries(gather: int) -> None:
 
 
 @pytest.mark.parametrize("batches_seeded", [False, True])
-def test_seeded_requests_share_calls_only_when_the_codec_says_so(batches_seeded: bool) -> None:
-    chunks, calls, _ = _serve(4, seeded=True, batches_seeded=batches_seeded)
+@pytest.mark.parametrize("allowed", [False, True])
+def test_seeded_requests_share_calls_only_when_codec_and_server_allow(
+    batches_seeded: bool, allowed: bool
+) -> None:
+    chunks, calls, _ = _serve(4, seeded=True, batches_seeded=batches_seeded, allowed=allowed)
     assert [np.concatenate(c).tolist() for c in chunks] == [
         (100 * n + np.arange(FRAMES)).tolist() for n in range(3)
     ]
     widest = max(rows for rows, _, _ in calls)
-    assert widest == (3 if batches_seeded else 1)
+    assert widest == (3 if batches_seeded and allowed else 1)
 
 
 def test_gather_must_be_positive() -> None:

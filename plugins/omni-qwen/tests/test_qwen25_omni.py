@@ -255,6 +255,36 @@ def test_token2wav_rows_in_one_batch_equal_each_row_alone(omni: Omni) -> None:
     assert not torch.allclose(together[0], together[1])  # another seed, other noise
 
 
+def test_token2wav_encodes_the_speaker_once_per_decode(omni: Omni) -> None:
+    """The ECAPA speaker encoder runs once per decode (and speaker), not at each of the DiT's
+    forwards as in transformers, and the audio is the same (same kernels, same input)."""
+    import torch
+
+    runtime = omni.pipeline.shared_runtime()
+    assert runtime.speech_chain is not None
+    codec = runtime.speech_chain.stages.codec
+    frames, vocab = 9, int(codec.token2wav.code2wav_dit_model.config.num_embeds)
+    codes = torch.randint(0, vocab, (3, 3, frames), generator=torch.Generator().manual_seed(1))
+    codes[:, 1] = torch.tensor([0, 1, 0])[:, None]  # two speakers
+    codes[:, 2] = torch.tensor([5, 6, 7])[:, None]
+    encoder = codec.token2wav.code2wav_dit_model.input_embed.spk_encoder
+    calls: list[int] = []  # the encoder's own forward ran (its first block did), on how many rows
+    hook = encoder.blocks[0].register_forward_hook(lambda _m, a, _o: calls.append(a[0].shape[0]))
+    fixed = codec.speaker_encoding
+    try:
+        once = codec.decode(codes, context=2)
+        assert calls == [4, 2]  # [reference; zeros] for the two rows of speaker 0, then speaker 1
+        fixed.enabled = False
+        calls.clear()
+        every = codec.decode(codes, context=2)
+        forwards = len(calls)
+    finally:
+        fixed.enabled = True
+        hook.remove()
+    assert forwards == 2 * 4 * (codec.steps - 1)  # RK4: four per interval, per speaker
+    torch.testing.assert_close(once, every, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("gather", [1, 4])
 def test_streamed_answers_started_apart_share_token2wav_calls(checkpoint: Any, gather: int) -> None:
     """Three seeded streamed answers that join 0, 1 and 3 steps apart: with
@@ -278,6 +308,7 @@ def test_streamed_answers_started_apart_share_token2wav_calls(checkpoint: Any, g
     alone = [_audio_of(_run(chunked, m, **f)[1]) for m, f in cases]
     runtime = pipeline.shared_runtime()
     assert runtime.speech_chain is not None
+    runtime.allow_seeded_batches(True)  # what the engine does under --batch-seeded
     codec = runtime.speech_chain.stages.codec
     calls: list[int] = []
 

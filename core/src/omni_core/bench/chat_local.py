@@ -30,7 +30,11 @@ class LocalChat:
         self.omni = Omni(folder, **options)
         self.pipeline = self.omni.pipeline
         self.engine = Engine(
-            self.pipeline, name="in-process", max_batch=settings.max_batch, max_queue=1024
+            self.pipeline,
+            name="in-process",
+            max_batch=settings.max_batch,
+            max_queue=1024,
+            batch_seeded="--batch-seeded" in settings.serve_args,  # as the server runs
         ).start()
         self.peak_bytes: int | None = None
         self.engine.run(warmup_request(self.pipeline), timeout=settings.timeout_s)

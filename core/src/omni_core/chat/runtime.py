@@ -97,6 +97,12 @@ class ChatRuntime(SlotRuntime[ChatStream]):
         if stream.speech is not None and not stream.speech.done:
             stream.speech.close()
 
+    def allow_seeded_batches(self, allow: bool) -> None:
+        """The speech chain's codec calls are where seeded answers could share work."""
+        super().allow_seeded_batches(allow)
+        if self.speech_chain is not None:
+            self.speech_chain.allow_seeded_batches(allow)
+
     # -- one step ----------------------------------------------------------------------------
 
     def step(self) -> None:

@@ -287,9 +287,18 @@ class SharedRuntime(ABC):
     ready with :meth:`PolledStream.poll`, so concurrent requests share decode steps.
     """
 
+    #: Whether seeded requests may share batched work whose rounding depends on the batch (a
+    #: codec call of several rows): the engine sets it from the server's ``--batch-seeded``.
+    #: False (the default): a seed gives the same bytes alone or under load.
+    batch_seeded: bool = False
+
     @abstractmethod
     def step(self) -> None:
         """Advance every open stream by one step (cancellations and deadlines first)."""
+
+    def allow_seeded_batches(self, allow: bool) -> None:
+        """Set :attr:`batch_seeded` (a runtime that owns others passes it on)."""
+        self.batch_seeded = allow
 
 
 class PolledStream(Iterator[D], ABC):

@@ -13,9 +13,9 @@ request and returns its :class:`SpeechStream`; each :meth:`ARRuntime.step` then
    codec call), reads its stop flags back (the only host synchronisation, once per handed-out
    chunk), cuts the frames at the stop and at the request's own chunk boundaries, decodes them
    with left context, one codec call per shape, and hands the audio delta out (a seeded
-   request's chunks are decoded alone unless the codec says ``batches_seeded``: a codec batched
-   with other requests may round its samples differently, so the same seed would not give the
-   same file).
+   request's chunks are decoded alone unless the codec says ``batches_seeded`` and the server
+   runs with ``--batch-seeded``: a codec batched with other requests rounds its samples
+   differently, so the same seed would not give the same bytes).
 
 Nothing else reads device values: frame counts, cache lengths and chunk boundaries are known on
 the host. The engine's worker calls :meth:`step` once per loop iteration, so concurrent requests
@@ -253,8 +253,11 @@ class ARRuntime(SlotRuntime[SpeechStream]):
 
     def _alone(self, stream: SpeechStream) -> int:
         """A seeded request's chunks get a codec call of their own unless the codec says its
-        rows do not depend on each other (module docstring)."""
-        if self.stages.codec.batches_seeded or stream.state.request.seed is None:
+        rows do not depend on each other and the server allows ``batch_seeded`` (module
+        docstring)."""
+        if stream.state.request.seed is None or (
+            self.batch_seeded and self.stages.codec.batches_seeded
+        ):
             return 0
         return id(stream)
 

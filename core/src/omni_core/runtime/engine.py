@@ -305,6 +305,7 @@ class Engine:
             assert isinstance(self.pipeline, StreamedPipeline)
             runtime = self.pipeline.shared_runtime()
             if runtime is not None:  # one shared step for every stream, then take what is ready
+                runtime.allow_seeded_batches(self.batch_seeded)
                 runtime.step()
             for entry in streams:
                 self._next_chunk(entry, polled=runtime is not None)

@@ -242,7 +242,7 @@ class Token2WavDecoder(ChunkDecoder):
         graphs: bool = True,
         tf32: bool = False,
     ) -> None:
-        from .qwen25_dit_graphs import GraphedDiT
+        from .qwen25_dit_graphs import FixedSpeaker, GraphedDiT
 
         #: CUDA float32 matmuls as TF32 inside :meth:`decode` (``token2wav_matmul=tf32``: lossy)
         self.tf32 = bool(tf32)
@@ -250,6 +250,8 @@ class Token2WavDecoder(ChunkDecoder):
         dit = token2wav.code2wav_dit_model
         #: The DiT's forward replayed as CUDA graphs inside :meth:`decode` (``cuda_graphs``).
         self.graphs = GraphedDiT(dit, capture=graphs)
+        #: The ECAPA speaker encoding computed once per decode, not at all 36 forwards.
+        self.speaker_encoding = FixedSpeaker(dit)
         bigvgan = token2wav.config.bigvgan_config
         upsample = 1
         for rate in bigvgan.upsample_rates:
@@ -318,7 +320,9 @@ class Token2WavDecoder(ChunkDecoder):
 
         times = torch.linspace(0, 1, self.steps, device=device, dtype=condition.dtype)
         times = times + SWAY * (torch.cos(torch.pi / 2 * times) - 1 + times)
-        mel = RungeKutta4ODESolver(function=velocity, initial_value=noise).integrate(times)[-1]
+        with self.speaker_encoding.scope(reference):
+            solver = RungeKutta4ODESolver(function=velocity, initial_value=noise)
+            mel = solver.integrate(times)[-1]
         wav = self.token2wav.code2wav_bigvgan_model(mel.permute(0, 2, 1))
         return list(wav.reshape(batch, -1))
 
