@@ -34,6 +34,7 @@ import torch
 
 from omni_core import ConfigError, GenerationRequest, GenerationResult, PipelineOptions
 from omni_core.diffusion import (
+    AdapterSet,
     DenoiseState,
     StagedPipeline,
     VaeMemory,
@@ -145,19 +146,19 @@ class HunyuanVideoPipeline(StagedPipeline):
                 "(TeaCache's polynomial, MagCache's magnitude ratios) that nobody has published "
                 "for HunyuanVideo-1.5; use 'first-block', which needs none"
             )
-        if options.lora.adapters or options.lora.fuse:
-            raise ConfigError(
-                "lora: diffusers has no LoRA loader for HunyuanVideo-1.5 yet, so neither has omni"
-            )
         layout = HunyuanVideoLayout.read(path)
         components = load_components(path, options)
-        accel = apply_acceleration({"transformer": components["transformer"]}, options)
+        transformer = {"transformer": components["transformer"]}
+        # diffusers has no LoRA loader (no community format converter) for this family, but its
+        # transformer takes PEFT adapters: files in diffusers' format load as they are
+        adapters = AdapterSet.load(transformer, options)
+        accel = apply_acceleration(transformer, options)
         own = bool(options.extra.get("text_encoder_device"))
         encoders = () if own else ("text_encoder", "text_encoder_2")
         placed = ("transformer", "vae", *encoders)
         offload = apply_offload({k: components[k] for k in placed}, options)
         pipeline = cls(layout, components, options)
-        pipeline.accel, pipeline.offload = accel, offload
+        pipeline.accel, pipeline.adapters, pipeline.offload = accel, adapters, offload
         # CFG-parallel: a no-op outside a worker group; inside one, each rank runs half the rows
         pipeline.forward = parallelize_denoiser(pipeline.transformer, options.attention)
         return pipeline
@@ -242,6 +243,8 @@ class HunyuanVideoPipeline(StagedPipeline):
     @torch.no_grad()
     def step(self, states: list[DenoiseState]) -> None:
         group: list[HunyuanVideoState] = states  # type: ignore[assignment]
+        if self.adapters is not None:  # the engine batches one adapter set per step
+            self.adapters.activate(group[0].request.lora)
         if self.accel is None or not self.accel.caches:
             self._advance(group, self._run(self._inputs(group), None))
             return
