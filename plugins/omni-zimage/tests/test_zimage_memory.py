@@ -1,5 +1,5 @@
 """Z-Image with a LoRA adapter per request, offload and VAE tiling, each against diffusers' own
-parts on the tiny checkpoint; step caches are refused at load."""
+parts on the tiny checkpoint (the step caches: test_zimage_cache.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from omni_core import ConfigError, Omni
+from omni_core import Omni
 
 KW = {"prompt": "a red cat on a mat", "height": 64, "width": 64, "num_inference_steps": 3}
 TEXT = {"max_sequence_length": 64}
@@ -90,8 +90,3 @@ def test_vae_tiling_matches_diffusers_tiled_decode(
     untiled = zimage_model.generate(**args, seed=6)
     assert untiled.info["vae_tiled"] is False
     assert np.abs(_pixels(ours.images[0]) - _pixels(untiled.images[0])).max() > 0
-
-
-def test_step_caches_are_refused_at_load(zimage_checkpoint) -> None:
-    with pytest.raises(ConfigError, match="not calibrated for Z-Image"):
-        Omni(zimage_checkpoint, device="cpu", cache={"backend": "teacache"})

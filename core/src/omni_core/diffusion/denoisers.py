@@ -81,7 +81,10 @@ class DenoiserAdapter:
     the forward arguments a block returns updated, in the order of its output tuple; the
     residual caches (first-block, TeaCache) then store and replay a residual per stream, and
     first-block measures the first. Empty: diffusers' block metadata (hidden states, plus the
-    encoder hidden states of joint blocks).
+    encoder hidden states of joint blocks). ``cache_blocks`` names the block lists the step
+    caches wrap when that is not all of ``blocks``: a model whose first lists refine each input
+    on its own before the joint blocks (Z-Image's noise and context refiners run on different
+    token sets, so one residual cannot stand for all of them). Empty: ``blocks``.
     """
 
     architecture: str
@@ -95,6 +98,7 @@ class DenoiserAdapter:
     sequence_plan: SequencePlan | None = None
     cache_dit_pattern: str = "Pattern_2"
     block_streams: tuple[str, ...] = ()
+    cache_blocks: tuple[str, ...] = ()
     notes: str = ""
 
 
@@ -138,18 +142,27 @@ def resolve_denoiser(module: Any, registry: Registry) -> DenoiserAdapter:
     return adapter
 
 
-def block_list(module: Any, adapter: DenoiserAdapter) -> list[tuple[str, Any]]:
-    """``(qualified name, block)`` for every repeated block the adapter names, in call order."""
+def block_list(
+    module: Any, adapter: DenoiserAdapter, lists: tuple[str, ...] | None = None
+) -> list[tuple[str, Any]]:
+    """``(qualified name, block)`` for every repeated block the adapter names (or of ``lists``),
+    in call order."""
     import torch
 
+    lists = lists or adapter.blocks
     out: list[tuple[str, Any]] = []
-    for list_name in adapter.blocks:
+    for list_name in lists:
         blocks = getattr(module, list_name, None)
         if isinstance(blocks, torch.nn.ModuleList):
             out.extend((f"{list_name}.{i}", b) for i, b in enumerate(blocks))
     if not out:
         raise ConfigError(
-            f"no repeated blocks found in {type(module).__name__} (looked for {adapter.blocks}); "
+            f"no repeated blocks found in {type(module).__name__} (looked for {lists}); "
             "its model plugin should register a DenoiserSpec (omni_register_denoisers)"
         )
     return out
+
+
+def cache_block_list(module: Any, adapter: DenoiserAdapter) -> list[tuple[str, Any]]:
+    """The blocks the step caches wrap: the adapter's ``cache_blocks``, else all its blocks."""
+    return block_list(module, adapter, adapter.cache_blocks or None)

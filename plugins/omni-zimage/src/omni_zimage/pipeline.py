@@ -1,8 +1,5 @@
 """Z-Image text-to-image on omni's staged runtime, reproducing diffusers' ``ZImagePipeline``.
 
-Long because it is the three stages of one class plus the loading and the prompt encoder they
-share, kept together so they read top to bottom like diffusers' own ``__call__``.
-
 What is the reference's, operation for operation: the prompt in the Qwen3 chat template
 (``enable_thinking``), the text encoder's second-to-last hidden state cut to the real tokens;
 float32 noise from ``torch.Generator("cpu").manual_seed(seed)``; ``linspace(1, 1/steps)`` sigmas
@@ -18,14 +15,14 @@ kept in a small LRU cache (a shared negative prompt is encoded once). The forwar
 :class:`RowForward` (the rows stacked into one tensor), which is what omni-core's CFG-parallel
 batch split cuts: with ``cfg_parallel_size=2`` each rank runs half the rows (a lone CFG request:
 the conditional row on one, the unconditional on the other) and both gather every prediction.
+With a step cache (first-block, over the joint ``layers``) each request runs its own forward in
+its own cache context instead, so its skip decisions are its own (:meth:`ZImagePipeline.step`).
 """
 
 from __future__ import annotations
 
 import random
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,13 +39,17 @@ from omni_core.diffusion import (
     activation_bytes,
     apply_acceleration,
     apply_offload,
-    dtype_kwargs,
-    load_device,
+    cache_key,
     parallelize_denoiser,
     route_attention,
 )
 from omni_zimage.extras import ZImageExtras
 from omni_zimage.layout import ZImageLayout, check_request, is_checked
+from omni_zimage.loading import load_components
+from omni_zimage.prompts import PromptEncoder
+
+#: Step caches that need per-model coefficients, which Z-Image has none of.
+CALIBRATED_CACHES = ("teacache", "magcache")
 
 
 @dataclass
@@ -112,13 +113,14 @@ class ZImagePipeline(StagedPipeline):
 
     @classmethod
     def from_pretrained(cls, path: Path, options: PipelineOptions) -> ZImagePipeline:
-        if options.cache.backend:
+        if options.cache.backend in CALIBRATED_CACHES:
             raise ConfigError(
-                f"cache.backend: {options.cache.backend!r} is not calibrated for Z-Image (no "
-                "TeaCache/MagCache data for its transformer yet); run without a step cache"
+                f"cache.backend: {options.cache.backend!r} needs per-model calibration "
+                "(TeaCache's polynomial, MagCache's magnitude ratios) that nobody has published "
+                "for Z-Image; use 'first-block', which needs none"
             )
         layout = ZImageLayout.read(path)
-        components = _load_components(path, options)
+        components = load_components(path, options)
         transformer = {"transformer": components["transformer"]}
         adapters = AdapterSet.load(transformer, options, read=_read_lora)
         accel = apply_acceleration(transformer, options)
@@ -201,6 +203,23 @@ class ZImagePipeline(StagedPipeline):
         group: list[ZImageState] = states  # type: ignore[assignment]
         if self.adapters is not None:  # the engine batches one adapter set per step
             self.adapters.activate(group[0].request.lora)
+        if self.accel is None or not self.accel.caches:
+            self._advance(group, self.forward(*self._inputs(group)))
+            return
+        # A step cache decides per context whether to skip the blocks, and a forward shared by
+        # several requests would share one decision: each request runs its own forward (its
+        # rows, CFG's two branches together) in its own context, as it would alone.
+        for s in group:
+            branch = "cfg" if s.cfg_steps[s.step_index] else "cond"
+            key = cache_key([s.request.request_id], branch)
+            with self.accel.cache_context("transformer", key):
+                out = self.forward(*self._inputs([s]))
+            self._advance([s], out)
+
+    def _inputs(
+        self, group: list[ZImageState]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """The forward's rows: every conditional row of ``group``, then every unconditional one."""
         dtype = self.transformer.dtype
         xs: list[torch.Tensor] = []  # [C, 1, h, w] per row
         ts: list[torch.Tensor] = []
@@ -216,7 +235,11 @@ class ZImagePipeline(StagedPipeline):
                 caps.extend([cap] * s.rows)  # type: ignore[list-item]
         x = xs[0] if len(xs) == 1 else torch.cat(xs)
         t = ts[0] if len(ts) == 1 else torch.cat(ts)
-        out = self.forward(x, t, caps)  # [rows, C, 1, h, w]
+        return x, t, caps
+
+    def _advance(self, group: list[ZImageState], out: torch.Tensor) -> None:
+        """CFG and the Euler step of every state from the predictions ``out`` ([rows, C, 1, h,
+        w], laid out as :meth:`_inputs` made them)."""
         cond_at, uncond_at = 0, sum(s.rows for s in group)
         for s in group:
             preds = []
@@ -251,6 +274,10 @@ class ZImagePipeline(StagedPipeline):
             "width": state.width,
             "attention": self.routing,
         }
+        if self.accel is not None:
+            info["acceleration"] = self.accel.as_dict()
+            if self.accel.caches:
+                info["step_cache"] = self.accel.finish_request(state.request.request_id)
         return GenerationResult(images=list(images), timings=dict(state.timings), info=info)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -303,107 +330,6 @@ def _guided(pos: torch.Tensor, neg: torch.Tensor, scale: float, cap: float) -> t
         norm = torch.linalg.vector_norm(pred)
         pred = pred * torch.where(norm > limit, limit / norm, torch.ones_like(norm))
     return pred
-
-
-class LRUCache:
-    """A small thread-safe LRU map that counts its hits (for the timings)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(0, capacity)
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-
-    def get(self, key: Hashable) -> Any:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-                self.hits += 1
-            return value
-
-    def put(self, key: Hashable, value: Any) -> None:
-        with self._lock:
-            self._items[key] = value
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-
-
-class PromptEncoder:
-    """diffusers' ``ZImagePipeline._encode_prompt`` for one prompt, cached by (text, length)."""
-
-    def __init__(self, text_encoder: Any, tokenizer: Any, device: Any, cache_size: int) -> None:
-        self.text_encoder, self.tokenizer, self.device = text_encoder, tokenizer, device
-        self.cache = LRUCache(cache_size)
-
-    @torch.no_grad()
-    def encode(self, text: str, max_length: int) -> torch.Tensor:
-        key = (text, max_length)
-        cached = self.cache.get(key)
-        if cached is not None:
-            return cached
-        formatted = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}],
-            tokenize=False,
-            add_generation_prompt=True,
-            enable_thinking=True,
-        )
-        tokens = self.tokenizer(
-            [formatted],
-            padding="max_length",
-            max_length=max_length,
-            truncation=True,
-            return_tensors="pt",
-        )
-        ids = tokens.input_ids.to(self.device)
-        mask = tokens.attention_mask.to(self.device).bool()
-        hidden = self.text_encoder(
-            input_ids=ids, attention_mask=mask, output_hidden_states=True
-        ).hidden_states[-2]
-        embeds = hidden[0][mask[0]]
-        self.cache.put(key, embeds)
-        return embeds
-
-
-def _load_components(path: Path, options: PipelineOptions) -> dict[str, Any]:
-    """diffusers' and transformers' own classes, as ``ZImagePipeline.from_pretrained`` loads
-    them (the text encoder's class from ``model_index.json``), safetensors only."""
-    import json
-
-    import transformers
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, ZImageTransformer2DModel
-
-    scheduler = json.loads((path / "scheduler" / "scheduler_config.json").read_text())
-    if scheduler.get("_class_name") != "FlowMatchEulerDiscreteScheduler" or scheduler.get(
-        "stochastic_sampling"
-    ):
-        raise ConfigError(
-            f"{path}: Z-Image needs a deterministic FlowMatchEulerDiscreteScheduler, found "
-            f"{scheduler.get('_class_name')!r}"
-        )
-    index = json.loads((path / "model_index.json").read_text())
-    library, name = index.get("text_encoder", ["transformers", "Qwen3Model"])
-    encoder_class = getattr(transformers, name, None) if library == "transformers" else None
-    if encoder_class is None:
-        raise ConfigError(f"{path}: text_encoder {library}.{name} is not a transformers class")
-    device, dtype = load_device(options), options.dtype
-    encoder_device = options.extra.get("text_encoder_device") or device
-    weights = {"use_safetensors": True}
-    return {
-        "transformer": ZImageTransformer2DModel.from_pretrained(
-            path / "transformer", **dtype_kwargs(dtype), **weights
-        )
-        .to(device)
-        .eval(),
-        "vae": AutoencoderKL.from_pretrained(path / "vae", **dtype_kwargs(dtype), **weights)
-        .to(device)
-        .eval(),
-        "text_encoder": encoder_class.from_pretrained(path / "text_encoder", dtype=dtype, **weights)
-        .to(encoder_device)
-        .eval(),
-        "tokenizer": transformers.AutoTokenizer.from_pretrained(path / "tokenizer"),
-        "scheduler": FlowMatchEulerDiscreteScheduler.from_pretrained(path / "scheduler"),
-    }
 
 
 def _read_lora(path: Path) -> tuple[dict[str, Any], Any]:

@@ -16,7 +16,7 @@ from omni_core.contract.errors import ConfigError
 from omni_core.contract.registry import Availability
 from omni_core.diffusion.acceleration.cache.base import CacheBackend, CacheHandle
 from omni_core.diffusion.acceleration.cache.streams import refuse_declared_streams
-from omni_core.diffusion.denoisers import block_list
+from omni_core.diffusion.denoisers import cache_block_list
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.contract.config import CacheConfig
@@ -46,7 +46,7 @@ def apply_dbcache(
     """``cache_dit.enable_cache`` over the adapter's first block list."""
     import cache_dit  # type: ignore[import-not-found]
 
-    list_name = block_list(module, adapter)[0][0].split(".")[0]
+    list_name = cache_block_list(module, adapter)[0][0].split(".")[0]
     try:
         pattern = getattr(cache_dit.ForwardPattern, adapter.cache_dit_pattern)
         cache_dit.enable_cache(

@@ -28,7 +28,7 @@ from omni_core.diffusion.acceleration.cache.streams import (
     stream_layout,
     subtract,
 )
-from omni_core.diffusion.denoisers import block_list
+from omni_core.diffusion.denoisers import cache_block_list
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.contract.config import CacheConfig
@@ -49,7 +49,7 @@ def first_block_config(config: CacheConfig) -> Any:
 
 def apply_first_block_cache(module: Any, cfg: Any, adapter: DenoiserAdapter) -> CacheHandle:
     """First Block Cache wired over the adapter's blocks (any block-list name)."""
-    blocks = [b for _, b in block_list(module, adapter)]
+    blocks = [b for _, b in cache_block_list(module, adapter)]
     if len(blocks) < 2:
         raise ConfigError("first-block cache needs at least two transformer blocks")
     if adapter.block_streams:

@@ -22,7 +22,7 @@ from omni_core.diffusion.acceleration.cache.base import (
     option,
 )
 from omni_core.diffusion.acceleration.cache.streams import refuse_declared_streams
-from omni_core.diffusion.denoisers import block_list
+from omni_core.diffusion.denoisers import cache_block_list
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.contract.config import CacheConfig
@@ -65,7 +65,7 @@ def apply_magcache(module: Any, cfg: Any, adapter: DenoiserAdapter) -> CacheHand
         _apply_mag_cache_head_hook,
     )
 
-    blocks = [b for _, b in block_list(module, adapter)]
+    blocks = [b for _, b in cache_block_list(module, adapter)]
     manager = StateManager(MagCacheState, (), {})
     _apply_mag_cache_head_hook(blocks[0], manager, cfg)
     for block in blocks[1:-1]:

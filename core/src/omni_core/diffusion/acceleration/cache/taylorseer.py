@@ -21,7 +21,7 @@ from omni_core.diffusion.acceleration.cache.base import (
     option,
 )
 from omni_core.diffusion.acceleration.cache.streams import refuse_declared_streams
-from omni_core.diffusion.denoisers import block_list
+from omni_core.diffusion.denoisers import cache_block_list
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.contract.config import CacheConfig
@@ -45,7 +45,7 @@ def taylorseer_config(config: CacheConfig, module: Any, adapter: DenoiserAdapter
     from diffusers.hooks import TaylorSeerCacheConfig
 
     check_options(config, OPTIONS, TaylorSeerCache.name)
-    lists = dict.fromkeys(name.split(".")[0] for name, _ in block_list(module, adapter))
+    lists = dict.fromkeys(name.split(".")[0] for name, _ in cache_block_list(module, adapter))
     return TaylorSeerCacheConfig(
         cache_interval=option(config, "cache_interval", 5, int),
         disable_cache_before_step=option(config, "warmup_steps", 3, int),
@@ -63,7 +63,7 @@ def apply_taylorseer(module: Any, cfg: Any, adapter: DenoiserAdapter) -> CacheHa
 
     apply_taylorseer_cache(module, cfg)
     hooks = diffusers_hooks()
-    first = block_list(module, adapter)[0][1]
+    first = cache_block_list(module, adapter)[0][1]
     if cfg.use_lite_mode:
         first = getattr(module, "proj_out", first)
     registry = hooks.HookRegistry.check_if_exists_or_initialize(first)

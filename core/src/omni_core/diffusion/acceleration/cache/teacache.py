@@ -33,7 +33,7 @@ from omni_core.diffusion.acceleration.cache.streams import (
     stream_layout,
     subtract,
 )
-from omni_core.diffusion.denoisers import block_list
+from omni_core.diffusion.denoisers import cache_block_list
 
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.contract.config import CacheConfig
@@ -67,7 +67,7 @@ def teacache_config(config: CacheConfig) -> TeaCacheConfig:
 def apply_teacache(module: Any, cfg: TeaCacheConfig, adapter: DenoiserAdapter) -> CacheHandle:
     """Install the head hook on block 0 and pass-through hooks on the other blocks."""
     coefficients = cfg.coefficients or adapter.teacache_coefficients
-    blocks = [b for _, b in block_list(module, adapter)]
+    blocks = [b for _, b in cache_block_list(module, adapter)]
     hooks = diffusers_hooks()
     head_cls, block_cls = _tea_hooks()
     manager = hooks.StateManager(_TeaState, (), {})
