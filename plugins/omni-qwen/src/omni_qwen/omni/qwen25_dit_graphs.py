@@ -145,8 +145,10 @@ class FixedSpeaker:
         import torch
 
         given = torch.cat([reference, torch.zeros_like(reference)])
-        encoded = self.encoder(given)
-        key = (tuple(given.shape), given.dtype, given.device)
+        with torch.no_grad():
+            encoded = self.encoder(given)
+        # inference tensors (the runtime's steps) and normal ones cannot update each other
+        key = (tuple(given.shape), given.dtype, given.device, torch.is_inference_mode_enabled())
         buffer = self._buffers.get(key)
         if buffer is None:  # one per batch size: captured graphs read it, so it is never freed
             buffer = self._buffers[key] = encoded
