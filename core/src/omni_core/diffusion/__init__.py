@@ -21,7 +21,7 @@ _face = Face(
         "omni_core.diffusion.attention_routing": ("route_attention",),
         "omni_core.diffusion.diffusers_compat": ("dtype_kwargs",),
         "omni_core.media.visual": ("request_image",),
-        "omni_core.diffusion.denoisers": ("DenoiserAdapter", "SequencePlan"),
+        "omni_core.diffusion.denoisers": ("DenoiserAdapter", "SequencePlan", "DenoiserWrapper"),
         "omni_core.diffusion.acceleration": (
             "apply_acceleration",
             "AccelerationReport",

@@ -33,6 +33,7 @@ import torch
 from omni_core import ConfigError, GenerationRequest, GenerationResult, PipelineOptions
 from omni_core.diffusion import (
     AdapterSet,
+    DenoiserWrapper,
     DenoiseState,
     StagedPipeline,
     VaeMemory,
@@ -300,13 +301,14 @@ class ZImagePipeline(StagedPipeline):
         return scheduler.timesteps.float(), scheduler.sigmas.float()
 
 
-class RowForward:
+class RowForward(DenoiserWrapper):
     """``ZImageTransformer2DModel`` over rows stacked in one tensor: ``(hidden_states [N, C, 1,
     h, w], timestep [N], captions: N tensors) -> [N, C, 1, h, w]``.
 
     The model takes and returns lists; this shape (the rows first in every argument) is what
     omni-core's batch split (CFG-parallel) cuts and gathers. The rows are the list's items, so
-    the numbers are the list call's.
+    the numbers are the list call's. A ``DenoiserWrapper``: Ulysses finds the model's sequence
+    plan through it.
     """
 
     def __init__(self, model: Any) -> None:

@@ -5,9 +5,11 @@ set):
 
 - **Ulysses** (``ulysses_degree > 1``): hooks shard the hidden states along the sequence before the
   first transformer block and gather them after the last one, slicing every per-token side input
-  (rotary embeddings, per-token timestep embeddings, modulation indices) the same way; self/joint
-  attention is rerouted through :class:`~omni_core.diffusion.distributed.ulysses.SequenceParallel`
-  (text tokens replicated), cross attention stays local. Where to cut is the
+  (rotary embeddings, per-token timestep embeddings, modulation indices) the same way; the
+  self/joint attention of those blocks is rerouted through
+  :class:`~omni_core.diffusion.distributed.ulysses.SequenceParallel` (text tokens replicated),
+  cross attention stays local, and attention outside the plan's blocks (which sees whole
+  sequences) keeps the pipeline's kernels. Where to cut is the
   :class:`~omni_core.diffusion.denoisers.SequencePlan` of the denoiser class, part of the
   :class:`~omni_core.diffusion.denoisers.DenoiserAdapter` its model plugin registers
   (``omni_register_denoisers``); the core knows no model's plan.
@@ -188,7 +190,7 @@ def parallelize_denoiser(
 
 def sequence_parallel_of(model: Any) -> SequenceParallel | None:
     """The Ulysses state :func:`parallelize_denoiser` gave ``model`` (None: not sharded)."""
-    inner = model.model if isinstance(model, BatchSplitParallel) else model
+    inner = model.model if isinstance(model, DenoiserWrapper) else model
     return getattr(inner, "_omni_sequence_parallel", None)
 
 
@@ -213,13 +215,19 @@ def _parallelize(
         from omni_core.diffusion.attention_routing import route_attention
 
         sp = SequenceParallel(state.ulysses_group, text_last=plan.text_last)
-        route_attention(model, sp.router(router or _dynamic_router()))
         names = (plan.blocks,) if isinstance(plan.blocks, str) else plan.blocks
         blocks = [block for name in names for block in getattr(model, name)]
+        # Only the plan's blocks run on shards: attention elsewhere (Z-Image's refiners, a
+        # text token refiner) sees whole sequences and keeps the pipeline's own kernels.
+        sharded = sp.router(router or _dynamic_router())
+        for block in blocks:
+            route_attention(block, sharded)
         model._omni_sp_hooks = sequence_parallel_blocks(  # type: ignore[attr-defined]
             blocks, sp, plan.shard_inputs, plan.gather_output
         )
-        model._omni_sequence_parallel = sp  # type: ignore[attr-defined]
+        # on the module itself, where a pipeline's wrapper (a DenoiserWrapper) leads too
+        inner = model.model if isinstance(model, DenoiserWrapper) else model
+        inner._omni_sequence_parallel = sp
     if state.cfg_parallel:
         return BatchSplitParallel(model, state.cfg_group)
     return model
