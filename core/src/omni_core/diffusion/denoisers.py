@@ -18,9 +18,9 @@ derived from its structure (block lists, no calibration, no sequence plan).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from omni_core.contract.errors import ConfigError
 
@@ -55,13 +55,22 @@ class SequencePlan:
     :class:`omni_core.diffusion.distributed.ulysses.SequenceParallel` of the rank
     (``sp.shard``, ``sp.slice``, ``sp.gather``). ``text_last``: the class's joint attention
     concatenates the text *after* the video/image tokens (``[shard, text]``) rather than
-    before them.
+    before them. ``attention`` says, per attention module of a block (its name in the block),
+    how Ulysses runs it when its role alone does not say (a block with a second, unsharded
+    stream: LTX-2's audio): ``"local"`` (the pipeline's own kernel: queries and keys are whole,
+    or the queries are the shard and the keys whole), ``"gather_keys"`` (whole queries
+    attending to the shard: keys and values are gathered over the sequence first) or
+    ``"sharded"``; modules it does not name run by role (self and joint attention sharded,
+    cross local).
     """
 
     blocks: str | tuple[str, ...]
     shard_inputs: Callable[..., tuple[tuple, dict]]
     gather_output: Callable[[Any, Any], Any]
     text_last: bool = False
+    attention: Mapping[str, Literal["sharded", "local", "gather_keys"]] = field(
+        default_factory=dict
+    )
 
 
 @dataclass(frozen=True)

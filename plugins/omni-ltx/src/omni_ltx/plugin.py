@@ -19,11 +19,15 @@ OMNI_PLUGIN_API = PLUGIN_API_VERSION
 
 _IMPL = "omni_ltx.pipeline:LTXPipeline"
 _EXTRAS = "omni_ltx.extras:LTXExtras"
-# Step batching, CFG-parallel (the batched [cond; uncond] rows split over two ranks) and the
-# residual step caches that replay both of a block's streams (its adapter declares them); fp8
-# linears and compile come through the denoiser spec. No Ulysses plan yet.
+# Step batching, CFG-parallel (the batched [cond; uncond] rows split over two ranks), Ulysses
+# (the denoiser's sequence plan: video sharded, audio replicated) and the residual step caches
+# that replay both of a block's streams (its adapter declares them); fp8 linears and compile
+# come through the denoiser spec.
 _CAPS = PipelineCapabilities(
-    step_batching=True, cfg_parallel=True, cache_backends=("first-block", "teacache")
+    step_batching=True,
+    cfg_parallel=True,
+    sequence_parallel=True,
+    cache_backends=("first-block", "teacache"),
 )
 
 

@@ -213,15 +213,25 @@ def _parallelize(
                 f"{heads} attention heads"
             )
         from omni_core.diffusion.attention_routing import route_attention
+        from omni_core.diffusion.distributed.key_gather import (
+            gather_keys_router,
+            route_plan_attention,
+        )
 
         sp = SequenceParallel(state.ulysses_group, text_last=plan.text_last)
         names = (plan.blocks,) if isinstance(plan.blocks, str) else plan.blocks
         blocks = [block for name in names for block in getattr(model, name)]
         # Only the plan's blocks run on shards: attention elsewhere (Z-Image's refiners, a
         # text token refiner) sees whole sequences and keeps the pipeline's own kernels.
-        sharded = sp.router(router or _dynamic_router())
+        base = router or _dynamic_router()
+        routers = {
+            "sharded": sp.router(base),
+            "local": base,
+            "gather_keys": gather_keys_router(sp, base),
+        }
         for block in blocks:
-            route_attention(block, sharded)
+            route_attention(block, routers["sharded"])
+            route_plan_attention(block, dict(plan.attention), routers)
         model._omni_sp_hooks = sequence_parallel_blocks(  # type: ignore[attr-defined]
             blocks, sp, plan.shard_inputs, plan.gather_output
         )
