@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from omni_core import GenerationRequest, InvalidRequestError, PipelineOptions
+from omni_core import ConfigError, GenerationRequest, InvalidRequestError, PipelineOptions
 from omni_core.chat import AutoregressiveChatPipeline, ChatMessage, TextStages, TextState
 from omni_core.runtime import Sampling
 from omni_core.speech import ChunkSchedule, Voice
@@ -63,6 +63,9 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
         "left_context": "frames of left context per code2wav chunk (default 25, as "
         "transformers' chunked_decode; at least 1)",
         "max_audio_frames": "speech frames per answer at most (default 4095, generate()'s)",
+        "decode_graphs": "on (default): the code predictor's 15-forward frame loop replayed as "
+        "a CUDA graph per batch bucket on CUDA (eager elsewhere); static: the same static loop "
+        "uncaptured; off: the eager loop",
     }
 
     def __init__(
@@ -82,6 +85,11 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
         # at least one frame: a chunk's last samples need the next one (see .qwen3_talker)
         self.left_context = integer(extra, "left_context", 25, 1)
         self.max_audio_frames = integer(extra, "max_audio_frames", 4095, 1)
+        self.decode_graphs = str(extra.get("decode_graphs", "on")).strip().lower()
+        if self.decode_graphs not in ("on", "static", "off"):
+            raise ConfigError(
+                f"decode_graphs={extra.get('decode_graphs')!r}: expected on, static or off"
+            )
         config = model.config
         tc_speakers = config.talker_config.speaker_id if self.audio else {}
         # lower-case names, as generate() looks them up
@@ -171,6 +179,7 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
                 schedule=self.schedule,
                 left_context=self.left_context,
                 max_len=self.max_len,
+                decode_graphs=self.decode_graphs,
             )
         tokenizer = self.processor.tokenizer
         return TextStages(

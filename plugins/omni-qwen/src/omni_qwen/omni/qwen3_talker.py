@@ -88,18 +88,33 @@ class TalkerFollower(SpeechFollower):
         schedule: ChunkSchedule,
         left_context: int,
         max_len: int,
+        decode_graphs: str = "off",
     ) -> None:
         self.model = model
         self.specials = Specials(model)
         self.schedule, self.left_context, self.max_len = schedule, left_context, max_len
+        #: ``on`` / ``static`` / ``off``: the code predictor's loop (:mod:`.qwen3_graphs`).
+        self.decode_graphs = decode_graphs
         self.reply: ReplyBuffer | None = None
+        self.predictor_stage: FrameStage | None = None
+
+    def _predictor_stage(self) -> FrameStage:
+        """The code predictor stage of ``decode_graphs``: CUDA graphs (``on``, on CUDA), the
+        static loop uncaptured (``static``), or the eager stage (``off``, or ``on`` off CUDA)."""
+        mode = self.decode_graphs
+        if mode == "off" or (mode == "on" and self.specials.device.type != "cuda"):
+            return CodePredictorStage(self.specials)
+        from .qwen3_graphs import GraphCodePredictorStage
+
+        return GraphCodePredictorStage(self.specials, capture=mode == "on")
 
     def stages(self, reply: ReplyBuffer) -> SpeechStages:
         self.reply = reply
+        self.predictor_stage = self._predictor_stage()
         return SpeechStages(
             decoder=TalkerStage(self.specials, reply),
             codec=Code2WavStage(self.model.code2wav, self.left_context),
-            frame_stages=(CodePredictorStage(self.specials),),
+            frame_stages=(self.predictor_stage,),
             schedule=self.schedule,
             max_len=self.max_len,
         )
