@@ -1,6 +1,6 @@
 """HunyuanVideo-1.5 with a LoRA adapter per request, against diffusers' own PEFT integration
 (``HunyuanVideo15Transformer3DModel.load_lora_adapter`` + ``set_adapters``) on the tiny
-checkpoint; requests with and without the adapter in one engine; a fused adapter; a bad name."""
+checkpoint; requests with and without the adapter batched; a fused adapter; a bad name."""
 
 from __future__ import annotations
 
@@ -63,29 +63,34 @@ def test_a_lora_per_request_matches_diffusers(
     assert np.abs(ours.video.astype(np.int16) - base.video.astype(np.int16)).max() > 8
 
 
-def test_requests_with_and_without_the_adapter_in_one_engine(with_lora) -> None:
-    """The engine never steps two adapter sets together: each request gets what it gets alone."""
-    from omni_core.runtime.engine import Engine
-    from omni_core.runtime.jobs import Job
-
+def test_requests_with_and_without_the_adapter_batched(with_lora) -> None:
+    """Batched, the two adapter sets never share a step (the step key holds the request's
+    adapters and scales) and each request gets what it gets alone."""
     pipeline = with_lora.pipeline
     asks = [
         {"seed": 4, "lora": [{"name": "style", "scale": SCALE}]},
         {"seed": 4},
-        {"seed": 5, "lora": [{"name": "style", "scale": 0.4}]},
+        {"seed": 5, "lora": [{"name": "style", "scale": SCALE}]},
+        {"seed": 6},
     ]
     alone = [with_lora.generate(PROMPT, **SMALL, **a).video for a in asks]
-    engine = Engine(pipeline, name="hv", max_batch=4, batch_seeded=True).start()
+    groups: list[tuple[set[Any], int]] = []
+    step = pipeline.step
+
+    def recorded(states: list[Any]) -> None:
+        groups.append(({s.request.lora_key() for s in states}, len(states)))
+        step(states)
+
+    pipeline.step = recorded  # type: ignore[method-assign]
     try:
-        jobs = [
-            engine.submit(Job(pipeline.validate(with_lora.request(PROMPT, **SMALL, **a))))
-            for a in asks
-        ]
-        together = [job.future.result(120).video for job in jobs]
+        together = with_lora.run([with_lora.request(PROMPT, **SMALL, **a) for a in asks])
     finally:
-        engine.stop()
+        del pipeline.step
+    assert all(len(keys) == 1 for keys, _ in groups)  # one adapter set per step
+    # two groups a step (with and without the adapter), two requests in each
+    assert [n for _, n in groups] == [2] * 2 * SMALL["num_inference_steps"]
     for got, want in zip(together, alone, strict=True):
-        assert np.abs(got.astype(np.int16) - want.astype(np.int16)).max() <= 1
+        assert np.abs(got.video.astype(np.int16) - want.astype(np.int16)).max() <= 1
 
 
 def test_an_unknown_adapter_is_refused(with_lora) -> None:

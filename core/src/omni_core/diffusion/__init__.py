@@ -32,6 +32,7 @@ _face = Face(
         "omni_core.diffusion.acceleration.offload": ("apply_offload", "load_device"),
         "omni_core.diffusion.acceleration.vae_tiling": ("VaeMemory", "activation_bytes"),
         "omni_core.diffusion.acceleration.quality": ("psnr", "ssim"),
+        "omni_core.diffusion.lru": ("LRUCache",),
         "omni_core.diffusion.distributed.parallelize": ("parallelize_denoiser",),
         "omni_core.diffusion.distributed.cfg": ("cfg_parallel_forward",),
         "omni_core.diffusion.distributed.groups": ("current_parallel_state",),

@@ -29,12 +29,12 @@ import torch
 from pydantic import BaseModel
 
 from omni_core import ConfigError, GenerationRequest, InvalidRequestError, PipelineOptions
-from omni_core.diffusion import dtype_kwargs, load_device
+from omni_core.diffusion import LRUCache, dtype_kwargs, load_device
 from omni_flux.extras import Flux2Extras
 from omni_flux.latents import cat
 from omni_flux.layout import DEFAULT_SIDE, FluxLayout, parse_extras, size_error
 from omni_flux.loading import check_scheduler
-from omni_flux.prompts import LRUCache, PromptEmbeds
+from omni_flux.prompts import PromptEmbeds
 from omni_flux.staged import FluxStagedPipeline, FluxState
 
 #: diffusers' defaults: 50 steps, guidance 4.0; step-distilled klein: BFL's 4 steps.

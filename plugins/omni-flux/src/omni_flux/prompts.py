@@ -7,13 +7,12 @@ encoders; hits are counted for the timings a result reports.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from omni_core.diffusion import LRUCache
 
 
 @dataclass(frozen=True)
@@ -22,41 +21,6 @@ class PromptEmbeds:
 
     sequence: torch.Tensor
     pooled: torch.Tensor
-
-
-class LRUCache:
-    """A small thread-safe LRU map that counts its hits (for the timings)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(0, int(capacity))
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: Hashable) -> Any:
-        with self._lock:
-            value = self._items.get(key)
-            if value is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end(key)
-            self.hits += 1
-            return value
-
-    def put(self, key: Hashable, value: Any) -> None:
-        if self.capacity == 0:
-            return
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-
-    @property
-    def hit_rate(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
 
 
 class FluxPromptEncoder:

@@ -26,6 +26,7 @@ from omni_core import ConfigError, GenerationRequest, GenerationResult, Pipeline
 from omni_core.diffusion import (
     AdapterSet,
     DenoiseState,
+    LRUCache,
     StagedPipeline,
     VaeMemory,
     activation_bytes,
@@ -35,7 +36,7 @@ from omni_core.diffusion import (
     parallelize_denoiser,
     route_attention,
 )
-from omni_qwen.caches import LRUCache, image_digest
+from omni_qwen.caches import image_digest
 from omni_qwen.extras import QwenImageExtras
 from omni_qwen.latents import branch_names, cat, euler, pack, pad, unpack
 from omni_qwen.layout import QwenLayout, check_request, is_checked

@@ -3,36 +3,11 @@ cache, so a shared negative prompt is encoded once."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Hashable
 from typing import Any
 
 import torch
 
-
-class LRUCache:
-    """A small thread-safe LRU map that counts its hits (for the timings)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(0, capacity)
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-
-    def get(self, key: Hashable) -> Any:
-        with self._lock:
-            value = self._items.get(key)
-            if value is not None:
-                self._items.move_to_end(key)
-                self.hits += 1
-            return value
-
-    def put(self, key: Hashable, value: Any) -> None:
-        with self._lock:
-            self._items[key] = value
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+from omni_core.diffusion import LRUCache
 
 
 class PromptEncoder:
