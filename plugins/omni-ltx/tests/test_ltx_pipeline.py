@@ -180,3 +180,15 @@ def test_registered_and_imports_only_faces(ltx_model) -> None:
     runtime = [p for p in package.glob("*.py") if p.stem not in ("testing", "bench")]
     assert_imports_only_faces(runtime, test_kit=False)
     assert_imports_only_faces([package / "testing.py", *Path(__file__).parent.glob("*.py")])
+
+
+def test_attention_roles_say_which_modules_attend_to_another_sequence(ltx_model) -> None:
+    """LTX2Attention does not mark its cross-attention, so the plugin names it: the text and the
+    audio/video cross-attentions are ``cross`` (exact under the fp8 mode), the two
+    self-attentions ``self``."""
+    blocks = len(ltx_model.pipeline.transformer.transformer_blocks)
+    assert ltx_model.pipeline.routing["routed"] == {
+        "self": 2 * blocks,
+        "cross": 4 * blocks,
+        "joint": 0,
+    }

@@ -17,7 +17,7 @@ the timestep is per token, as for image to video, and both video rotary tables) 
 like the tokens; a video self-attention mask stays whole (the Ulysses kernel takes one over the
 whole sequence).
 
-Imported only when an LTX-2 transformer is accelerated.
+Imported by the pipeline (the attention roles) and when an LTX-2 transformer is accelerated.
 """
 
 from __future__ import annotations
@@ -30,6 +30,18 @@ from omni_core.diffusion import DenoiserAdapter, SequencePlan
 #: timestep is one per row has one entry there and passes as it is.
 _VIDEO_TOKENS = (("temb", 1), ("temb_ca_scale_shift", 1), ("temb_ca_gate", 1))
 _VIDEO_ROPES = ("video_rotary_emb", "ca_video_rotary_emb")
+
+
+#: The block's attention modules whose keys are another sequence (the prompt, or the other
+#: stream). LTX2Attention does not say so itself (no ``is_cross_attention``), so the core's
+#: default role would call them all self-attention.
+CROSS = ("attn2", "audio_attn2", "audio_to_video_attn", "video_to_audio_attn")
+
+
+def attention_role(name: str, module: Any) -> str:
+    """The role of one attention module for ``route_attention``: ``cross`` for :data:`CROSS`
+    (the fp8 mode then leaves those exact), ``self`` for the video and audio self-attention."""
+    return "cross" if name.rsplit(".", 1)[-1] in CROSS else "self"
 
 
 def _cut(sp: Any, x: Any, dim: int) -> Any:

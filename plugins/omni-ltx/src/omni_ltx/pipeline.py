@@ -45,6 +45,7 @@ from omni_core.diffusion import (
     parallelize_denoiser,
     route_attention,
 )
+from omni_ltx.denoiser import attention_role
 from omni_ltx.extras import LTXExtras
 from omni_ltx.forward import Forward, Row, run_forward
 from omni_ltx.guidance import Predictions, Scales, guided_step
@@ -103,7 +104,7 @@ class LTXPipeline(StagedPipeline):
             int(options.extra.get("prompt_cache_size", 64)),
             int(options.extra.get("max_sequence_length", 1024)),
         )
-        report = route_attention(self.transformer, options.attention)
+        report = route_attention(self.transformer, options.attention, role_fn=attention_role)
         self.routing = {"routed": dict(report.routed), "skipped": list(report.skipped)}
         self.accel: Any = None
         self.adapters: AdapterSet | None = None
