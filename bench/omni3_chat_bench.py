@@ -3,6 +3,7 @@
     source bench/gpu_env.sh
     python3 bench/omni3_chat_bench.py --out $OUT/omni3-chat-h200.json    # ~4-6 min on one H200
     python3 bench/omni3_chat_bench.py --tiny --concurrency 1,2 --out /tmp/omni3-chat-tiny.json
+    python3 bench/omni3_chat_bench.py --option decode_graphs=off --no-reference --out ...  # A/B
 
 The model is ``Qwen3OmniMoeForConditionalGeneration`` at the Qwen3-Omni-30B-A3B sizes (MoE
 thinker 2048 x 48 layers, 128 experts / 8 active, with its vision and audio towers; MoE talker
@@ -19,7 +20,10 @@ bench). Every request asks for text + audio, greedy, ``--max-tokens`` text token
 Reported per concurrency: time to first text token, time to first audio, decode tokens/s per
 request and in all, audio seconds made and RTF (request wall time / its audio seconds); for
 transformers (``generate`` with the same prompts batched, talker greedy): wall time (= its time
-to first token and first audio: it streams nothing), tokens/s, RTF.
+to first token and first audio: it streams nothing), tokens/s, RTF. ``--option KEY=VALUE``
+passes a load option to omni's pipeline (``decode_graphs=on|static|off``: the code predictor's
+frame loop as CUDA graphs or eager); ``code_predictor`` in the result says which path ran and
+the graph runner's counters.
 """
 
 from __future__ import annotations
@@ -214,6 +218,7 @@ def main() -> None:
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--concurrency", default="1,8", help="levels, comma-separated")
     parser.add_argument("--profile", default="", help="levels to profile per stage, e.g. 1,8")
+    parser.add_argument("--option", action="append", default=[], help="KEY=VALUE load option")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     _paths()
@@ -241,6 +246,9 @@ def main() -> None:
             "chunk_frames": args.chunk_frames,
             "left_context": args.left_context,
         }
+        for option in args.option:
+            key, _, value = option.partition("=")
+            extra[key.strip()] = value.strip()
         dtype = torch.bfloat16 if cuda else torch.float32
         options = PipelineOptions(
             device=torch.device(device), dtype=dtype, platform=current_platform(), extra=extra
@@ -271,6 +279,12 @@ def main() -> None:
             if c.strip()
         ]
         result["peak_gpu_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
+        stage = pipeline.shared_runtime().speech_chain.stages.frame_stages[0]
+        report = getattr(stage, "report", None)  # the graphed stage reports; the eager has none
+        result["code_predictor"] = {
+            "stage": type(stage).__name__,
+            **(report() if report is not None else {"path": "eager"}),
+        }
     result["model"] = "tiny" if args.tiny else "Qwen3-Omni-30B-A3B sizes, random weights"
     result["device"] = torch.cuda.get_device_name(0) if cuda else "cpu"
     args.out.parent.mkdir(parents=True, exist_ok=True)
