@@ -27,9 +27,6 @@ import torch
 from omni_core.runtime import GraphRunner, StaticKVCache, bucket_for, sample_rows
 from omni_core.speech import ARState, FrameStage, StepOutput
 
-#: The ``decode_graphs`` load option's values.
-MODES = ("on", "static", "off")
-
 
 class _Buffers:
     """The static inputs of one batch bucket, and the predictor's cache."""

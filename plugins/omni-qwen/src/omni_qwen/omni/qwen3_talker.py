@@ -96,7 +96,6 @@ class TalkerFollower(SpeechFollower):
         #: ``on`` / ``static`` / ``off``: the code predictor's loop (:mod:`.qwen3_graphs`).
         self.decode_graphs = decode_graphs
         self.reply: ReplyBuffer | None = None
-        self.predictor_stage: FrameStage | None = None
 
     def _predictor_stage(self) -> FrameStage:
         """The code predictor stage of ``decode_graphs``: CUDA graphs (``on``, on CUDA), the
@@ -110,11 +109,10 @@ class TalkerFollower(SpeechFollower):
 
     def stages(self, reply: ReplyBuffer) -> SpeechStages:
         self.reply = reply
-        self.predictor_stage = self._predictor_stage()
         return SpeechStages(
             decoder=TalkerStage(self.specials, reply),
             codec=Code2WavStage(self.model.code2wav, self.left_context),
-            frame_stages=(self.predictor_stage,),
+            frame_stages=(self._predictor_stage(),),
             schedule=self.schedule,
             max_len=self.max_len,
         )
