@@ -85,6 +85,7 @@ class QwenImageWorkload(Workload):
         self.replace_with_random_model(
             folder / "text_encoder", Qwen2_5_VLForConditionalGeneration, config, seed=1
         )
+        _write_real_scheduler(folder / "scheduler")
 
     def request(self) -> dict[str, Any]:
         return {
@@ -118,6 +119,20 @@ class QwenImageWorkload(Workload):
             output_type="np",
             **kwargs,
         )
+
+
+def _write_real_scheduler(folder: Path) -> None:
+    """Qwen-Image's own resolution shift (256 to 8192 image tokens). The tiny builder's runs
+    from 4 to 64 tokens: at 1024x1024 (4096 tokens) it extrapolates to a shift of ~28, every
+    sigma rounds to 1, the terminal stretch divides by zero and the whole run is NaN (a black
+    image in every mode, so no PSNR could be measured)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    FlowMatchEulerDiscreteScheduler.from_config(
+        FlowMatchEulerDiscreteScheduler.load_config(folder),
+        base_image_seq_len=256,
+        max_image_seq_len=8192,
+    ).save_pretrained(folder)
 
 
 def _text_encoder_config(tiny: Path) -> Any:
