@@ -3,7 +3,7 @@
     source bench/gpu_env.sh
     python3 bench/omni3_chat_bench.py --out $OUT/omni3-chat-h200.json    # ~4-6 min on one H200
     python3 bench/omni3_chat_bench.py --tiny --concurrency 1,2 --out /tmp/omni3-chat-tiny.json
-    python3 bench/omni3_chat_bench.py --option decode_graphs=off --no-reference --out ...  # A/B
+    python3 bench/omni3_chat_bench.py --no-reference --variant decode_graphs=off --out ...  # A/B
 
 The model is ``Qwen3OmniMoeForConditionalGeneration`` at the Qwen3-Omni-30B-A3B sizes (MoE
 thinker 2048 x 48 layers, 128 experts / 8 active, with its vision and audio towers; MoE talker
@@ -21,9 +21,10 @@ Reported per concurrency: time to first text token, time to first audio, decode 
 request and in all, audio seconds made and RTF (request wall time / its audio seconds); for
 transformers (``generate`` with the same prompts batched, talker greedy): wall time (= its time
 to first token and first audio: it streams nothing), tokens/s, RTF. ``--option KEY=VALUE``
-passes a load option to omni's pipeline (``decode_graphs=on|static|off``: the code predictor's
-frame loop as CUDA graphs or eager); ``code_predictor`` in the result says which path ran and
-the graph runner's counters.
+passes a load option to omni's pipeline (``decode_graphs=on|static|off``: the decode steps as
+CUDA graphs or eager); each ``--variant KEY=VALUE[,...]`` runs omni's side once more on the same
+model with those options on top. ``variants`` in the result holds every run with its stage
+paths (graph counters where graphed) and its greedy answer compared with the first run's.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omni_chat_bench import PROMPT, _paths, profile_omni, run_omni
+from omni_chat_bench import PROMPT, _paths, answer_audio, profile_omni, run_omni
 
 #: The Qwen3-Omni-30B-A3B sizes that differ from the tiny checkpoint's, per sub-config.
 SIZES: dict[str, dict[str, Any]] = {
@@ -204,6 +205,75 @@ def _line(side: str, level: dict[str, Any]) -> str:
     return f"{side} c={level['concurrency']}: {shown}"
 
 
+def _options(items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings (comma-separated within one) as load options."""
+    options: dict[str, str] = {}
+    for item in items:
+        for part in filter(None, (p.strip() for p in item.split(","))):
+            key, _, value = part.partition("=")
+            options[key.strip()] = value.strip()
+    return options
+
+
+def _stage_reports(pipeline: Any) -> dict[str, Any]:
+    """Which path each decode stage ran (graphed stages report path and graph counters)."""
+    runtime = pipeline.shared_runtime()
+    chain = runtime.speech_chain.stages
+    stages = {
+        "thinker": runtime.stages.decoder,
+        "talker": chain.decoder,
+        "code_predictor": chain.frame_stages[0],
+    }
+    return {
+        name: {"stage": type(stage).__name__}
+        | (stage.report() if hasattr(stage, "report") else {"path": "eager"})
+        for name, stage in stages.items()
+    }
+
+
+def run_variant(
+    make: Any, options: dict[str, str], levels: list[int], args: Any, sync: Any
+) -> dict[str, Any]:
+    """omni's side under one set of load options: warm-up, every level, the stage paths and
+    one greedy answer's text ids and audio (to compare the variants' outputs)."""
+    pipeline = make(options)
+    out: dict[str, Any] = {"options": options, "omni": []}
+    try:  # a variant that fails is recorded, the others' figures are kept
+        run_omni(pipeline, 1, 4, sync)  # warm-up
+        for concurrency in levels:
+            out["omni"].append(run_omni(pipeline, concurrency, args.max_tokens, sync))
+            print(_line(f"omni {options}", out["omni"][-1]), flush=True)
+        out["profile"] = [
+            profile_omni(pipeline, int(c), args.max_tokens, sync)
+            for c in args.profile.split(",")
+            if c.strip()
+        ]
+        out["answer"] = answer_audio(pipeline, args.max_tokens)
+    except Exception as exc:  # noqa: BLE001 - reported in the results file
+        out["error"] = f"{type(exc).__name__}: {exc}"
+        print(f"omni {options} failed: {out['error']}", flush=True)
+    out["stages"] = _stage_reports(pipeline)
+    print(f"stages {options}: {out['stages']}", flush=True)
+    return out
+
+
+def _compare(variants: list[dict[str, Any]]) -> None:
+    """Each variant's greedy answer against the first's: same text ids, audio max |diff|."""
+    if not variants or "answer" not in variants[0]:
+        return
+    ids, audio = variants[0]["answer"]
+    for variant in variants:
+        if "answer" not in variant:
+            continue
+        other_ids, other_audio = variant.pop("answer")
+        size = min(len(audio), len(other_audio))
+        variant["vs_first"] = {
+            "text_ids_equal": other_ids == ids,
+            "audio_samples": [len(other_audio), len(audio)],
+            "max_abs_diff": float(abs(other_audio[:size] - audio[:size]).max()) if size else None,
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for flag in ("--tiny", "--cpu", "--no-reference"):
@@ -219,9 +289,18 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,8", help="levels, comma-separated")
     parser.add_argument("--profile", default="", help="levels to profile per stage, e.g. 1,8")
     parser.add_argument("--option", action="append", default=[], help="KEY=VALUE load option")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="KEY=VALUE[,KEY=VALUE] load options of one more omni run on the same model "
+        "(repeatable; the first run uses --option alone)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     _paths()
+    import gc
+
     import torch
 
     from omni_core import PipelineOptions
@@ -241,50 +320,51 @@ def main() -> None:
         result["init_s"] = time.perf_counter() - started
         result["parameters"] = sum(p.numel() for p in model.parameters())
         print(f"init {result['init_s']:.1f} s, {result['parameters'] / 1e9:.2f} B parameters")
-        extra = {
+        base = {
             "max_audio_frames": args.talker_frames,
             "chunk_frames": args.chunk_frames,
             "left_context": args.left_context,
-        }
-        for option in args.option:
-            key, _, value = option.partition("=")
-            extra[key.strip()] = value.strip()
+        } | _options(args.option)
         dtype = torch.bfloat16 if cuda else torch.float32
-        options = PipelineOptions(
-            device=torch.device(device), dtype=dtype, platform=current_platform(), extra=extra
-        )
-        pipeline = Qwen3OmniPipeline(model, processor, False, options, folder)
-        pipeline.max_concurrency = max(levels)
-        sides: dict[str, Any] = {
-            "omni": lambda c, tokens: run_omni(pipeline, c, tokens, sync),
-            "transformers": lambda c, tokens: run_transformers(
-                model, processor, c, tokens, args.talker_frames, sync
-            ),
-        }
-        if args.no_reference:
-            del sides["transformers"]
-        for side, run in sides.items():
-            result[side] = []
-            try:  # a side that fails is recorded, the other's figures are kept
-                run(1, 4)  # warm-up
+
+        def make(options: dict[str, str]) -> Any:
+            extra = {**base, **options}
+            pipeline_options = PipelineOptions(
+                device=torch.device(device), dtype=dtype, platform=current_platform(), extra=extra
+            )
+            pipeline = Qwen3OmniPipeline(model, processor, False, pipeline_options, folder)
+            pipeline.max_concurrency = max(levels)
+            return pipeline
+
+        variants = []
+        for items in [[], *([v] for v in args.variant)]:
+            variants.append(run_variant(make, _options(items), levels, args, sync))
+            gc.collect()  # the variant's pipeline (its caches and graph pools) goes
+            if cuda:
+                torch.cuda.empty_cache()
+        _compare(variants)
+        result["variants"] = variants
+        first = variants[0]
+        result["omni"] = first["omni"]
+        result["profile"] = first.get("profile", [])
+        result["code_predictor"] = first["stages"]["code_predictor"]
+        if not args.no_reference:
+            result["transformers"] = []
+
+            def reference(concurrency: int, tokens: int) -> dict[str, Any]:
+                return run_transformers(
+                    model, processor, concurrency, tokens, args.talker_frames, sync
+                )
+
+            try:  # a failing reference is recorded, omni's figures are kept
+                reference(1, 4)  # warm-up
                 for concurrency in levels:
-                    result[side].append(run(concurrency, args.max_tokens))
-                    print(_line(side, result[side][-1]), flush=True)
+                    result["transformers"].append(reference(concurrency, args.max_tokens))
+                    print(_line("transformers", result["transformers"][-1]), flush=True)
             except Exception as exc:  # noqa: BLE001 - reported in the results file
-                result[f"{side}_error"] = f"{type(exc).__name__}: {exc}"
-                print(f"{side} failed: {result[f'{side}_error']}", flush=True)
-        result["profile"] = [
-            profile_omni(pipeline, int(c), args.max_tokens, sync)
-            for c in args.profile.split(",")
-            if c.strip()
-        ]
+                result["transformers_error"] = f"{type(exc).__name__}: {exc}"
+                print(f"transformers failed: {result['transformers_error']}", flush=True)
         result["peak_gpu_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
-        stage = pipeline.shared_runtime().speech_chain.stages.frame_stages[0]
-        report = getattr(stage, "report", None)  # the graphed stage reports; the eager has none
-        result["code_predictor"] = {
-            "stage": type(stage).__name__,
-            **(report() if report is not None else {"path": "eager"}),
-        }
     result["model"] = "tiny" if args.tiny else "Qwen3-Omni-30B-A3B sizes, random weights"
     result["device"] = torch.cuda.get_device_name(0) if cuda else "cpu"
     args.out.parent.mkdir(parents=True, exist_ok=True)
