@@ -336,14 +336,15 @@ def main() -> None:
             pipeline.max_concurrency = max(levels)
             return pipeline
 
-        variants = []
+        variants: list[dict[str, Any]] = []
+        result["variants"] = variants
         for items in [[], *([v] for v in args.variant)]:
             variants.append(run_variant(make, _options(items), levels, args, sync))
             gc.collect()  # the variant's pipeline (its caches and graph pools) goes
             if cuda:
                 torch.cuda.empty_cache()
+            _write(args.out, result)  # what is measured survives a run cut short
         _compare(variants)
-        result["variants"] = variants
         first = variants[0]
         result["omni"] = first["omni"]
         result["profile"] = first.get("profile", [])
@@ -367,9 +368,21 @@ def main() -> None:
         result["peak_gpu_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
     result["model"] = "tiny" if args.tiny else "Qwen3-Omni-30B-A3B sizes, random weights"
     result["device"] = torch.cuda.get_device_name(0) if cuda else "cpu"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    _write(args.out, result)
     print(f"wrote {args.out}", flush=True)
+
+
+def _write(path: Path, result: dict[str, Any]) -> None:
+    """The result so far (answers kept for the comparison are not written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shown = {
+        **result,
+        "variants": [
+            {k: v for k, v in variant.items() if k != "answer"}
+            for variant in result.get("variants", [])
+        ],
+    }
+    path.write_text(json.dumps(shown, indent=2))
 
 
 if __name__ == "__main__":

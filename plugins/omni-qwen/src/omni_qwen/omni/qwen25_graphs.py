@@ -17,7 +17,8 @@ Rows of a bucket that are not in the step (free slots, a finished text row) comp
 nobody reads: outputs are gathered by slot, tables are written back only for the step's slots,
 and a joining request overwrites its slot's tables and cache positions before it reads them.
 Sampling is :func:`omni_core.runtime.sample_rows` — the eager stages' :func:`sample_tokens` on
-device tensors — so a row makes the same tokens on either path, alone or batched.
+device tensors — so a row makes the same tokens on either path, alone or batched. The runner,
+shapes and settings tables are :mod:`.static_steps` (shared with Qwen3-Omni's graphed stages).
 """
 
 from __future__ import annotations
@@ -27,112 +28,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from omni_core.chat import TextState, TokenOutput
-from omni_core.runtime import (
-    GraphRunner,
-    SlotCache,
-    SlotIndex,
-    StaticSlotView,
-    apply_repetition_penalty,
-    batch_buckets,
-    bucket_for,
-    key_bucket,
-    precapture,
-    sample_rows,
-)
+from omni_core.runtime import SlotCache, StaticSlotView, apply_repetition_penalty
 from omni_core.speech import ARState, StepOutput
 
 from .qwen25_stages import TalkerStage, ThinkerStage
+from .static_steps import Settings, StaticSteps, mrope
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
-
-    from omni_core.runtime import Sampling
-
-#: Cache positions reserved per slot before the first capture (grown later by key bucket).
-RESERVED_KEYS = 1024
-
-
-class _Settings:
-    """Per-slot sampling settings on the device, with each slot's temperature on the host (it
-    decides whether a step samples: greedy steps skip the sort)."""
-
-    def __init__(self, slots: int, device: torch.device) -> None:
-        self.temperature = torch.zeros(slots, device=device)
-        self.top_p = torch.ones(slots, device=device)
-        self.top_k = torch.zeros(slots, dtype=torch.long, device=device)
-        self.seed = torch.zeros(slots, dtype=torch.long, device=device)
-        self.penalty = torch.ones(slots, device=device)
-        self.host_temperature = [0.0] * slots
-
-    def join(self, slot: int, sampling: Sampling) -> None:
-        seeded = sampling.seeded()
-        self.temperature[slot] = float(sampling.temperature)
-        self.top_p[slot] = float(sampling.top_p)
-        self.top_k[slot] = int(sampling.top_k)
-        self.seed[slot] = int(seeded.seed or 0)
-        self.penalty[slot] = float(sampling.repetition_penalty)
-        self.host_temperature[slot] = float(sampling.temperature)
-
-    def sampled(self, slots: tuple[int, ...]) -> bool:
-        return any(self.host_temperature[s] > 0 for s in slots)
-
-    def pick(self, logits: torch.Tensor, rows: int, steps: torch.Tensor, sampled: bool) -> Any:
-        if not sampled:
-            return logits.argmax(dim=-1)
-        head = slice(0, rows)
-        return sample_rows(
-            logits,
-            temperature=self.temperature[head],
-            top_p=self.top_p[head],
-            top_k=self.top_k[head],
-            seeds=self.seed[head],
-            steps=steps,
-        )
-
-
-class _StaticSteps:
-    """What both graphed stages share: the runner, the step functions by shape, the slot index
-    and the cache storage the captured graphs read."""
-
-    def __init__(self, name: str, device: torch.device, kv: tuple[int, int, int], capture: bool):
-        self.runner = GraphRunner(name, device, capture=capture)
-        self.index = SlotIndex()
-        self.kv = kv
-        self.fns: dict[tuple[int, int, bool], Callable[[], tuple[torch.Tensor, ...]]] = {}
-        self.storage: tuple[int, ...] = ()
-        self.warmed = False
-
-    def shape(self, slots: tuple[int, ...], cache: SlotCache, dtype: torch.dtype) -> tuple:
-        rows = min(bucket_for(max(slots) + 1), cache.num_slots)
-        longest = max(cache.host_lengths[s] for s in slots) + 1
-        keys = min(key_bucket(longest), cache.max_len)
-        layers, heads, dim = self.kv
-        cache.reserve(layers, heads, dim, dtype, cache.num_slots, max(keys, RESERVED_KEYS))
-        if cache.storage_key() != self.storage:  # reallocated: the graphs read the old tensors
-            self.runner.clear("the cache storage grew")
-            self.fns.clear()
-            self.storage = cache.storage_key()
-        return rows, keys
-
-    def run(self, key: tuple[int, int, bool], num_slots: int, make: Callable) -> Any:
-        if not self.warmed:
-            # the first decode (the warm-up request): every batch bucket in both sampling
-            # modes now, so a later batch size never waits for a capture
-            self.warmed = True
-            buckets = batch_buckets(num_slots)
-            keys = [(b, key[1], m) for m in (False, True) for b in buckets]
-            precapture(self.runner, keys, key, lambda k: self.fn(k, make))
-        return self.runner.run(key, self.fn(key, make))
-
-    def fn(self, key: tuple[int, int, bool], make: Callable) -> Callable:
-        if key not in self.fns:
-            self.fns[key] = make(*key)
-        return self.fns[key]
-
-
-def _mrope(view: StaticSlotView, delta: torch.Tensor) -> torch.Tensor:
-    """``[3, rows, 1]`` positions: each slot's length plus its rope delta."""
-    return (view.position_ids() + delta[:, None]).unsqueeze(0).expand(3, -1, -1)
 
 
 class _ThinkerTables:
@@ -141,7 +44,7 @@ class _ThinkerTables:
         self.tokens = torch.zeros(slots, dtype=torch.long, device=device)
         self.steps = torch.zeros(slots, dtype=torch.long, device=device)
         self.delta = torch.zeros(slots, dtype=torch.long, device=device)
-        self.settings = _Settings(slots, device)
+        self.settings = Settings(slots, device)
 
 
 class GraphThinkerStage(ThinkerStage):
@@ -154,7 +57,7 @@ class GraphThinkerStage(ThinkerStage):
             config.hidden_size // config.num_attention_heads
         )
         kv = (config.num_hidden_layers, config.num_key_value_heads, head_dim)
-        self.steps = _StaticSteps("qwen2.5-omni thinker", self.device, kv, capture)
+        self.steps = StaticSteps("qwen2.5-omni thinker", self.device, kv, capture)
         self.tables: _ThinkerTables | None = None
 
     def report(self) -> dict[str, Any]:
@@ -180,7 +83,7 @@ class GraphThinkerStage(ThinkerStage):
 
         def step() -> tuple[torch.Tensor, ...]:
             embeds = self.embed(tokens[:, None])
-            hidden = self._forward(embeds, _mrope(view, delta), view)[:, -1]
+            hidden = self._forward(embeds, mrope(view, delta), view)[:, -1]
             logits = self.thinker.lm_head(hidden).float()
             picked = tables.settings.pick(logits, rows, steps, sampled)
             return picked, (hidden + embeds[:, 0]) if self.follow else hidden
@@ -209,7 +112,7 @@ class _TalkerTables:
         self.delta = torch.zeros(slots, dtype=torch.long, device=device)
         self.chat = torch.zeros(slots, dtype=torch.long, device=device)
         self.tail = torch.zeros(slots, 2, dtype=torch.long, device=device)
-        self.settings = _Settings(slots, device)
+        self.settings = Settings(slots, device)
 
 
 class GraphTalkerStage(TalkerStage):
@@ -222,7 +125,7 @@ class GraphTalkerStage(TalkerStage):
             config.hidden_size // config.num_attention_heads
         )
         kv = (config.num_hidden_layers, config.num_key_value_heads, head_dim)
-        self.steps = _StaticSteps("qwen2.5-omni talker", self.device, kv, capture)
+        self.steps = StaticSteps("qwen2.5-omni talker", self.device, kv, capture)
         self.tables: _TalkerTables | None = None
 
     def report(self) -> dict[str, Any]:
@@ -267,7 +170,7 @@ class GraphTalkerStage(TalkerStage):
             ends = self.text_ends[(where - 1).clamp(min=0)]
             text = values + ends * (where > 0).unsqueeze(-1).to(ends.dtype)
             embeds = self.codec_embed(codes) + text.to(self.text_ends.dtype)
-            hidden = self._forward(embeds[:, None], _mrope(view, delta), view)
+            hidden = self._forward(embeds[:, None], mrope(view, delta), view)
             logits = self.talker.codec_head(hidden).float()
             logits = apply_repetition_penalty(logits, seen, penalty)
             logits = logits.masked_fill(self.banned, float("-inf"))

@@ -24,7 +24,14 @@ from typing import Any
 
 import torch
 
-from omni_core.runtime import GraphRunner, StaticKVCache, bucket_for, sample_rows
+from omni_core.runtime import (
+    GraphRunner,
+    StaticKVCache,
+    batch_buckets,
+    bucket_for,
+    precapture,
+    sample_rows,
+)
 from omni_core.speech import ARState, FrameStage, StepOutput
 
 
@@ -63,8 +70,13 @@ class GraphCodePredictorStage(FrameStage):
     """The code predictor's frame loop, static per batch bucket and replayed (module doc).
     ``specials``: the talker's :class:`~.qwen3_talker.Specials`."""
 
-    def __init__(self, specials: Any, *, capture: bool = True) -> None:
+    def __init__(self, specials: Any, *, capture: bool = True, max_rows: int = 1) -> None:
         self.sp = specials
+        #: The speech chain's batch limit: every bucket up to it is captured at the first
+        #: frame, so no later answer waits for a capture (a joining second answer did: its
+        #: first audio took a capture longer).
+        self.max_rows = max_rows
+        self._precaptured = False
         self.predictor = specials.talker.code_predictor
         self.embed = specials.talker.get_input_embeddings()
         self.runner = GraphRunner("qwen3-omni code predictor", specials.device, capture=capture)
@@ -134,5 +146,9 @@ class GraphCodePredictorStage(FrameStage):
             )  # fmt: skip
             b.temperature[:n], b.top_p[:n] = floats[:, 0], floats[:, 1]
             b.top_k[:n], b.seeds[:n], b.steps[:n] = ints[:, 0], ints[:, 1], ints[:, 2]
+        if not self._precaptured:
+            self._precaptured = True
+            keys = [(r, s) for r in batch_buckets(self.max_rows) for s in (False, True)]
+            precapture(self.runner, keys, (rows, sampled), lambda key: self._step_fn(*key))
         (codes,) = self.runner.run((rows, sampled), fn)
         return StepOutput(tokens=codes[:n], stop=out.stop)

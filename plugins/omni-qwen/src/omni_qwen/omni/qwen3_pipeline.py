@@ -16,6 +16,13 @@ Decoding: the thinker follows the request (``temperature`` 0: greedy) or the che
 too when the request is (``temperature: 0``), which is what the fidelity tests compare
 against ``generate(do_sample=False, talker_do_sample=False)``. Seeds are per request and
 independent of the batch.
+
+``decode_graphs`` (``on`` default, ``static``, ``off``) picks the decode stages: the thinker's
+and talker's decode steps at static shapes over the runtime's slot caches
+(:mod:`.qwen3_thinker_graphs`, :mod:`.qwen3_talker_graphs`) and the code predictor's frame loop
+(:mod:`.qwen3_graphs`), replayed as CUDA graphs on CUDA (``on``), run uncaptured (``static``:
+what the CPU tests compare with the eager stages) or the eager stages (``off``; ``on`` off
+CUDA). Each graphed stage's ``report()`` gives its path and graph counters.
 """
 
 from __future__ import annotations
@@ -63,9 +70,10 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
         "left_context": "frames of left context per code2wav chunk (default 25, as "
         "transformers' chunked_decode; at least 1)",
         "max_audio_frames": "speech frames per answer at most (default 4095, generate()'s)",
-        "decode_graphs": "on (default): the code predictor's 15-forward frame loop replayed as "
-        "a CUDA graph per batch bucket on CUDA (eager elsewhere); static: the same static loop "
-        "uncaptured; off: the eager loop",
+        "decode_graphs": "on (default): the thinker's and talker's decode steps (static shapes "
+        "over the slot caches, MoE experts switched to a capturable implementation) and the code "
+        "predictor's 15-forward frame loop replayed as CUDA graphs per batch bucket on CUDA "
+        "(eager elsewhere); static: the same static steps uncaptured; off: the eager stages",
     }
 
     def __init__(
@@ -170,7 +178,8 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
 
     def stages(self) -> TextStages:
         from .qwen3_talker import TalkerFollower
-        from .qwen3_thinker import ThinkerStage
+        from .qwen3_talker_graphs import make_talker_stage
+        from .qwen3_thinker_graphs import make_thinker_stage
 
         speech = None
         if self.audio:
@@ -180,10 +189,13 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
                 left_context=self.left_context,
                 max_len=self.max_len,
                 decode_graphs=self.decode_graphs,
+                talker_stage=make_talker_stage(self.decode_graphs, self.options.device),
             )
         tokenizer = self.processor.tokenizer
         return TextStages(
-            decoder=ThinkerStage(self.model, self.stop_ids(), follow=self.audio),
+            decoder=make_thinker_stage(
+                self.decode_graphs, self.model, self.stop_ids(), follow=self.audio
+            ),
             detokenize=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
             speech=speech,
             max_len=self.max_len,

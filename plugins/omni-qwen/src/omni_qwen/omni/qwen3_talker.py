@@ -20,6 +20,9 @@ done while the thinker writes (transformers' modules throughout):
   convolutions trim a fixed number of samples at the end of any decode, so each chunk after
   the first starts that many samples earlier: the chunks join into exactly the whole decode's
   length, and with enough left context (its sliding window, 72 frames) into nearly its values.
+
+Under ``decode_graphs`` (``on`` / ``static``) the talker's decode step and the code predictor's
+loop are the static ones of :mod:`.qwen3_talker_graphs` and :mod:`.qwen3_graphs` (same codes).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from omni_core.speech import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from omni_core.runtime import SlotCache
 
 
@@ -89,30 +94,35 @@ class TalkerFollower(SpeechFollower):
         left_context: int,
         max_len: int,
         decode_graphs: str = "off",
+        talker_stage: Callable[[Specials, ReplyBuffer], DecoderStage] | None = None,
     ) -> None:
         self.model = model
         self.specials = Specials(model)
         self.schedule, self.left_context, self.max_len = schedule, left_context, max_len
         #: ``on`` / ``static`` / ``off``: the code predictor's loop (:mod:`.qwen3_graphs`).
         self.decode_graphs = decode_graphs
+        #: How the talker stage is made (the pipeline passes the graphed one of
+        #: :mod:`.qwen3_talker_graphs`, which subclasses :class:`TalkerStage`).
+        self.talker_stage = talker_stage or TalkerStage
         self.reply: ReplyBuffer | None = None
 
-    def _predictor_stage(self) -> FrameStage:
+    def _predictor_stage(self, max_rows: int) -> FrameStage:
         """The code predictor stage of ``decode_graphs``: CUDA graphs (``on``, on CUDA), the
-        static loop uncaptured (``static``), or the eager stage (``off``, or ``on`` off CUDA)."""
+        static loop uncaptured (``static``), or the eager stage (``off``, or ``on`` off CUDA);
+        ``max_rows``: the chain's batch limit (the buckets captured up front)."""
         mode = self.decode_graphs
         if mode == "off" or (mode == "on" and self.specials.device.type != "cuda"):
             return CodePredictorStage(self.specials)
         from .qwen3_graphs import GraphCodePredictorStage
 
-        return GraphCodePredictorStage(self.specials, capture=mode == "on")
+        return GraphCodePredictorStage(self.specials, capture=mode == "on", max_rows=max_rows)
 
     def stages(self, reply: ReplyBuffer) -> SpeechStages:
         self.reply = reply
         return SpeechStages(
-            decoder=TalkerStage(self.specials, reply),
+            decoder=self.talker_stage(self.specials, reply),
             codec=Code2WavStage(self.model.code2wav, self.left_context),
-            frame_stages=(self._predictor_stage(),),
+            frame_stages=(self._predictor_stage(reply.rows),),
             schedule=self.schedule,
             max_len=self.max_len,
         )

@@ -19,7 +19,8 @@ reads for that token (``text_projection`` is applied on the talker side), the va
 never speaks its last token, exactly as ``generate()`` does (it feeds ``tts_eos`` there).
 Sampling is the
 core's per-row :func:`~omni_core.runtime.sample_tokens` (greedy at temperature 0, like
-``generate(do_sample=False)``).
+``generate(do_sample=False)``). Under ``decode_graphs`` (``on`` / ``static``) the decode step is
+:class:`~.qwen3_thinker_graphs.GraphThinkerStage`'s static one, with the same outputs.
 """
 
 from __future__ import annotations
