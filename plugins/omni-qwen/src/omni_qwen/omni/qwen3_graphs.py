@@ -12,7 +12,10 @@ per bucket (greedy and sampled apart) and replays it; transformers' own modules 
 
 Sampling is :func:`omni_core.runtime.sample_rows` with the same settings, seeds and steps as the
 eager stage's :func:`omni_core.runtime.sample_tokens` (greedy steps take the argmax in both), so
-a row makes the same codes on either path, alone or in any bucket. Rows of a bucket past the
+a row makes the same codes on either path, alone or in any bucket. The settings live in
+per-slot device tables (:class:`_SlotSettings`) written when a request joins, and each slot's
+frame counter is advanced on the device: a frame uploads nothing from the host (an upload from
+pageable memory would wait for the queued GPU work, once per frame). Rows of a bucket past the
 step's compute garbage nobody reads. Off CUDA (``decode_graphs=static``) or after a failed
 capture (the reason is logged and in :meth:`GraphCodePredictorStage.report`) the same static
 function runs eagerly: that is what the CPU tests compare with the eager stage.
@@ -26,6 +29,7 @@ import torch
 
 from omni_core.runtime import (
     GraphRunner,
+    SlotIndex,
     StaticKVCache,
     batch_buckets,
     bucket_for,
@@ -66,6 +70,32 @@ class _Buffers:
         )
 
 
+class _SlotSettings:
+    """The predictor's sampling settings and frame counter per cache slot, on the device, and
+    the requests they were written for (held, so a new request is never taken for an old one)."""
+
+    def __init__(self, slots: int, device: torch.device) -> None:
+        self.slots = slots
+        self.temperature = torch.zeros(slots, device=device)
+        self.top_p = torch.ones(slots, device=device)
+        self.top_k = torch.zeros(slots, dtype=torch.long, device=device)
+        self.seed = torch.zeros(slots, dtype=torch.long, device=device)
+        self.frames = torch.zeros(slots, dtype=torch.long, device=device)
+        self.owner: dict[int, ARState] = {}
+        self.host_temperature = [0.0] * slots
+
+    def join(self, state: ARState) -> None:
+        """Write ``state``'s settings into its slot (scalar fills: no host wait)."""
+        slot, sampling = state.slot, state.data["predictor_sampling"].seeded()
+        self.owner[slot] = state
+        self.temperature[slot] = float(sampling.temperature)
+        self.top_p[slot] = float(sampling.top_p)
+        self.top_k[slot] = int(sampling.top_k)
+        self.seed[slot] = int(sampling.seed or 0)
+        self.frames[slot] = int(state.frames)
+        self.host_temperature[slot] = float(sampling.temperature)
+
+
 class GraphCodePredictorStage(FrameStage):
     """The code predictor's frame loop, static per batch bucket and replayed (module doc).
     ``specials``: the talker's :class:`~.qwen3_talker.Specials`."""
@@ -77,6 +107,11 @@ class GraphCodePredictorStage(FrameStage):
         #: first audio took a capture longer).
         self.max_rows = max_rows
         self._precaptured = False
+        self._settings: _SlotSettings | None = None
+        self._index = SlotIndex()
+        #: The requests of the last frame, in row order (held: their ids stay theirs).
+        self._rows: list[ARState] = []
+        self._sampled = False
         self.predictor = specials.talker.code_predictor
         self.embed = specials.talker.get_input_embeddings()
         self.runner = GraphRunner("qwen3-omni code predictor", specials.device, capture=capture)
@@ -125,30 +160,43 @@ class GraphCodePredictorStage(FrameStage):
         self._fns[(rows, sampled)] = fn = step
         return fn
 
+    def _rejoin(self, states: list[ARState]) -> None:
+        """The rows changed (a request joined or left): write the new requests' settings."""
+        slots = max(self.max_rows, max(s.slot for s in states) + 1)
+        if self._settings is None or self._settings.slots < slots:
+            self._settings = _SlotSettings(slots, self.sp.device)
+        table = self._settings
+        for state in states:
+            if table.owner.get(state.slot) is not state:
+                table.join(state)
+        self._rows = list(states)
+        self._sampled = any(table.host_temperature[s.slot] > 0 for s in states)
+
     def run(self, states: list[ARState], out: StepOutput) -> StepOutput:
         assert out.hidden is not None
         n = len(states)
         rows = bucket_for(n)
-        samplings = [s.data["predictor_sampling"].seeded() for s in states]
-        sampled = any(s.temperature > 0 for s in samplings)
+        if len(states) != len(self._rows) or any(
+            a is not b for a, b in zip(states, self._rows, strict=True)
+        ):
+            self._rejoin(states)
+        table, sampled = self._settings, self._sampled
+        assert table is not None
+        index = self._index(tuple(s.slot for s in states), table.frames.device)
         fn = self._step_fn(rows, sampled)
         b = self._buffers[rows]
         b.hidden[:n].copy_(out.hidden)
         b.code0[:n].copy_(out.tokens[:, 0])
-        if sampled:  # the eager stage's settings, seeds and steps, as one host-to-device copy
-            device = b.seeds.device
-            floats = torch.tensor([[s.temperature, s.top_p] for s in samplings], device=device)
-            ints = torch.tensor(
-                [[s.top_k, s.seed or 0, s_.frames * self.sp.groups] for s, s_ in zip(
-                    samplings, states, strict=True
-                )],
-                device=device,
-            )  # fmt: skip
-            b.temperature[:n], b.top_p[:n] = floats[:, 0], floats[:, 1]
-            b.top_k[:n], b.seeds[:n], b.steps[:n] = ints[:, 0], ints[:, 1], ints[:, 2]
+        if sampled:  # the eager stage's settings, seeds and steps, gathered on the device
+            b.temperature[:n] = table.temperature[index]
+            b.top_p[:n] = table.top_p[index]
+            b.top_k[:n] = table.top_k[index]
+            b.seeds[:n] = table.seed[index]
+            b.steps[:n] = table.frames[index] * self.sp.groups
         if not self._precaptured:
             self._precaptured = True
             keys = [(r, s) for r in batch_buckets(self.max_rows) for s in (False, True)]
             precapture(self.runner, keys, (rows, sampled), lambda key: self._step_fn(*key))
         (codes,) = self.runner.run((rows, sampled), fn)
+        table.frames.index_add_(0, index, torch.ones_like(index))  # the runtime's frames += 1
         return StepOutput(tokens=codes[:n], stop=out.stop)
