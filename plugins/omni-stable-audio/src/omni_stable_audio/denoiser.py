@@ -14,6 +14,9 @@ route its attention through the sequence all-to-all without rewriting that proce
 the sequence is short (1 global + 1024 latent tokens at the 47 s maximum), so cutting it
 would gain little over CFG-parallel.
 
+The pipeline loads the DiT as :class:`~omni_stable_audio.lora.StableAudioLoraDiT` (the same
+class with diffusers' PEFT mixin, for LoRA); both class names are registered.
+
 Imported only when a Stable Audio transformer is accelerated.
 """
 

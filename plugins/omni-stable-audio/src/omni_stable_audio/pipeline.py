@@ -17,6 +17,10 @@ so one DiT forward carries every row of every request in flight: with and withou
 different steps (the timestep is per row), for clips of any duration. With a step cache
 (first-block) each request runs its own forward in its own cache context instead, so its skip
 decisions are its own (:meth:`StableAudioPipeline.step`).
+
+LoRA adapters (per request, or one fused at load) go through the core's ``AdapterSet`` on the
+DiT loaded with diffusers' PEFT integration (:mod:`omni_stable_audio.lora`); a step's requests
+share one adapter set (the engine's step key), activated at the top of :meth:`step`.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import torch
 
 from omni_core import ConfigError, GenerationRequest, GenerationResult, PipelineOptions
 from omni_core.diffusion import (
+    AdapterSet,
     DenoiseState,
     StagedPipeline,
     apply_acceleration,
@@ -111,16 +116,21 @@ class StableAudioPipeline(StagedPipeline):
                 "(TeaCache's polynomial, MagCache's magnitude ratios) that nobody has published "
                 "for Stable Audio's DiT; use 'first-block', which needs none"
             )
-        if options.lora.adapters or options.lora.fuse:
-            raise ConfigError("lora: Stable Audio takes no LoRA adapters yet")
+        from omni_stable_audio.lora import lora_reader
+
         layout = StableAudioLayout.read(path)
         components = _load_components(path, options)
         transformer = {"transformer": components["transformer"]}
+        # diffusers has no LoRA loader for this family, but the DiT loads with its PEFT
+        # integration (StableAudioLoraDiT): diffusers-format files load as they are, before
+        # quantization and compile see the weights
+        read = lora_reader(components["transformer"])
+        adapters = AdapterSet.load(transformer, options, read=read)
         accel = apply_acceleration(transformer, options)
         placed = ("text_encoder", "projection_model", "transformer", "vae")
         offload = apply_offload({k: components[k] for k in placed}, options)
         pipeline = cls(layout, components, options)
-        pipeline.accel, pipeline.offload = accel, offload
+        pipeline.accel, pipeline.adapters, pipeline.offload = accel, adapters, offload
         # CFG-parallel: a no-op outside a worker group; inside one, each rank runs half the rows
         pipeline.forward = parallelize_denoiser(pipeline.transformer, options.attention)
         return pipeline
@@ -197,6 +207,8 @@ class StableAudioPipeline(StagedPipeline):
     @torch.no_grad()
     def step(self, states: list[DenoiseState]) -> None:
         group: list[StableAudioState] = states  # type: ignore[assignment]
+        if self.adapters is not None:  # the engine batches one adapter set per step
+            self.adapters.activate(group[0].request.lora)
         if self.accel is None or not self.accel.caches:
             self._advance(group, self._predict(group))
             return
@@ -303,16 +315,18 @@ class StableAudioPipeline(StagedPipeline):
 
 def _load_components(path: Path, options: PipelineOptions) -> dict[str, Any]:
     """diffusers' and transformers' own classes, as ``StableAudioPipeline.from_pretrained``
-    loads them, safetensors only."""
+    loads them, safetensors only; the DiT with diffusers' PEFT methods added
+    (:class:`~omni_stable_audio.lora.StableAudioLoraDiT`: the same weights and forward)."""
     import json
 
     import transformers
     from diffusers import (
         AutoencoderOobleck,
         CosineDPMSolverMultistepScheduler,
-        StableAudioDiTModel,
         StableAudioProjectionModel,
     )
+
+    from omni_stable_audio.lora import StableAudioLoraDiT
 
     scheduler = json.loads((path / "scheduler" / "scheduler_config.json").read_text())
     if scheduler.get("_class_name") != "CosineDPMSolverMultistepScheduler":
@@ -327,7 +341,7 @@ def _load_components(path: Path, options: PipelineOptions) -> dict[str, Any]:
         return cls.from_pretrained(path / name, **dtype_kwargs(dtype), **weights).to(device).eval()
 
     return {
-        "transformer": diffusers_model(StableAudioDiTModel, "transformer"),
+        "transformer": diffusers_model(StableAudioLoraDiT, "transformer"),
         "vae": diffusers_model(AutoencoderOobleck, "vae"),
         "projection_model": diffusers_model(StableAudioProjectionModel, "projection_model"),
         "text_encoder": transformers.T5EncoderModel.from_pretrained(

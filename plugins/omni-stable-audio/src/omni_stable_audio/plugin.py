@@ -44,10 +44,11 @@ def omni_register_denoisers(register: Callable[[DenoiserSpec], None]) -> None:
     register(
         DenoiserSpec(
             name="stable-audio-dit",
-            architectures=("StableAudioDiTModel",),
+            # StableAudioLoraDiT: the class with diffusers' PEFT mixin the pipeline loads
+            architectures=("StableAudioDiTModel", "StableAudioLoraDiT"),
             implementation="omni_stable_audio.denoiser:stable_audio_adapter",
             description="diffusers' StableAudioDiTModel: its transformer_blocks (compile, "
-            "quantization and step-cache scope).",
+            "quantization and step-cache scope; LoRA through diffusers' PEFT integration).",
         )
     )
 
