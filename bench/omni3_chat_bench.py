@@ -25,6 +25,8 @@ passes a load option to omni's pipeline (``decode_graphs=on|static|off``: the de
 CUDA graphs or eager); each ``--variant KEY=VALUE[,...]`` runs omni's side once more on the same
 model with those options on top. ``variants`` in the result holds every run with its stage
 paths (graph counters where graphed) and its greedy answer compared with the first run's.
+Every level runs once untimed first (its shapes' first kernels, a bucket's capture);
+``--text-concurrency 1,32`` adds text-only answers of ``--text-tokens`` tokens (``text_only``).
 """
 
 from __future__ import annotations
@@ -237,12 +239,19 @@ def run_variant(
     """omni's side under one set of load options: warm-up, every level, the stage paths and
     one greedy answer's text ids and audio (to compare the variants' outputs)."""
     pipeline = make(options)
-    out: dict[str, Any] = {"options": options, "omni": []}
+    out: dict[str, Any] = {"options": options, "omni": [], "text_only": []}
+    text_levels = [int(c) for c in args.text_concurrency.split(",") if c.strip()]
     try:  # a variant that fails is recorded, the others' figures are kept
-        run_omni(pipeline, 1, 4, sync)  # warm-up
+        for concurrency in levels:  # warm-up: every level's shapes run once before timing
+            run_omni(pipeline, concurrency, 4, sync)
         for concurrency in levels:
             out["omni"].append(run_omni(pipeline, concurrency, args.max_tokens, sync))
             print(_line(f"omni {options}", out["omni"][-1]), flush=True)
+        for concurrency in text_levels:
+            run_omni(pipeline, concurrency, 4, sync, audio=False)  # warm-up
+            level = run_omni(pipeline, concurrency, args.text_tokens, sync, audio=False)
+            out["text_only"].append(level)
+            print(_line(f"omni text-only {options}", level), flush=True)
         out["profile"] = [
             profile_omni(pipeline, int(c), args.max_tokens, sync)
             for c in args.profile.split(",")
@@ -287,6 +296,10 @@ def main() -> None:
     for flag, default in numbers.items():
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--concurrency", default="1,8", help="levels, comma-separated")
+    parser.add_argument(
+        "--text-concurrency", default="", help="text-only answer levels (e.g. 1,32); none: skip"
+    )
+    parser.add_argument("--text-tokens", type=int, default=128, help="tokens per text answer")
     parser.add_argument("--profile", default="", help="levels to profile per stage, e.g. 1,8")
     parser.add_argument("--option", action="append", default=[], help="KEY=VALUE load option")
     parser.add_argument(

@@ -188,10 +188,16 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 def run_omni(
-    pipeline: Any, concurrency: int, tokens: int, sync: Any, streamed: bool = True
+    pipeline: Any,
+    concurrency: int,
+    tokens: int,
+    sync: Any,
+    streamed: bool = True,
+    audio: bool = True,
 ) -> dict[str, Any]:
     """One level: ``concurrency`` answers opened at once; ``streamed``: speech in chunks as a
-    streaming client gets it (False: the whole answer's speech decoded in one piece)."""
+    streaming client gets it (False: the whole answer's speech decoded in one piece);
+    ``audio`` False: text-only answers (no first audio, no RTF)."""
     from omni_core import GenerationRequest
     from omni_core.chat import ChatMessage
 
@@ -200,7 +206,7 @@ def run_omni(
         pipeline.validate(
             GenerationRequest(
                 messages=[ChatMessage.text("user", PROMPT.format(i))],
-                modalities=("text", "audio"),
+                modalities=("text", "audio") if audio else ("text",),
                 max_tokens=tokens,
                 temperature=0,
                 seed=0,
@@ -243,15 +249,23 @@ def run_omni(
     per_request = [
         completion[i] / max(text_end[i] - t0, 1e-9) for i in range(concurrency) if i in text_end
     ]
+    spoken = (
+        {
+            "ttfa_s": _stats([first_audio[i] - t0 for i in first_audio]),
+            "audio_s_per_request": statistics.fmean(audio_s),
+            "rtf": _stats([(end[i] - t0) / max(audio_s[i], 1e-9) for i in range(concurrency)]),
+        }
+        if audio
+        else {}
+    )
     return {
         "concurrency": concurrency,
+        "audio": audio,
         "completion_tokens": statistics.fmean(completion),
         "ttft_s": _stats([first_text[i] - t0 for i in first_text]),
-        "ttfa_s": _stats([first_audio[i] - t0 for i in first_audio]),
+        **spoken,
         "tokens_per_s_per_request": statistics.fmean(per_request),
         "tokens_per_s_total": sum(completion) / wall,
-        "audio_s_per_request": statistics.fmean(audio_s),
-        "rtf": _stats([(end[i] - t0) / max(audio_s[i], 1e-9) for i in range(concurrency)]),
         "wall_s": wall,
         "thinker_steps": runtime.steps - steps0,
         "streamed": streamed,
