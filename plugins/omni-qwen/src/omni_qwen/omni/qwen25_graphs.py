@@ -4,14 +4,15 @@ Eager, a decode step of the 7B thinker (28 layers) or of the talker launches hun
 kernels, and the talker runs one step per speech code (50 per second of audio): on an H200 the
 profile gave 21.5 ms per thinker step and 18.6 ms per talker step, far above what reading the
 weights costs. Here each step is one function of a fixed shape ``(rows, keys, sampled)`` —
-``rows`` the batch bucket of the highest slot in the step, ``keys`` the key bucket of the longest
-row (:class:`omni_core.runtime.StaticSlotView` over the runtime's cache) — whose every input is a
-device table indexed by cache slot (:class:`_ThinkerTables`, :class:`_TalkerTables`): the previous
-token, the row's step, rope delta and sampling settings, and for the talker its reply-buffer row,
-the codes it has seen and its frame tail. So a step reads nothing from the host, and
-:class:`omni_core.runtime.GraphRunner` captures it (every batch bucket at the first decode, a new
-key bucket when first reached) and replays it; off CUDA (``decode_graphs=static``) the same
-static functions run eagerly, which is what the CPU tests compare with the eager stages.
+``rows`` the batch bucket of the highest slot in the step, ``keys`` the key bucket of the
+longest row (:class:`omni_core.runtime.StaticSlotView` over the runtime's cache) — whose every
+input is a device table indexed by cache slot (:class:`.static_steps.TextTables`,
+:class:`_TalkerTables`): the previous token, the row's step, rope delta and sampling settings,
+and for the talker its reply-buffer row, the codes it has seen and its frame tail. So a step
+reads nothing from the host, and :class:`omni_core.runtime.GraphRunner` captures it (every batch
+bucket at the first decode, a new key bucket when first reached) and replays it; off CUDA
+(``decode_graphs=static``) the same static functions run eagerly, which is what the CPU tests
+compare with the eager stages.
 
 Rows of a bucket that are not in the step (free slots, a finished text row) compute garbage that
 nobody reads: outputs are gathered by slot, tables are written back only for the step's slots,
@@ -32,19 +33,10 @@ from omni_core.runtime import SlotCache, StaticSlotView, apply_repetition_penalt
 from omni_core.speech import ARState, StepOutput
 
 from .qwen25_stages import TalkerStage, ThinkerStage
-from .static_steps import Settings, StaticSteps, mrope
+from .static_steps import Settings, StaticSteps, TextTables, kv_shape, mrope
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
-
-
-class _ThinkerTables:
-    def __init__(self, slots: int, device: torch.device) -> None:
-        self.slots = slots
-        self.tokens = torch.zeros(slots, dtype=torch.long, device=device)
-        self.steps = torch.zeros(slots, dtype=torch.long, device=device)
-        self.delta = torch.zeros(slots, dtype=torch.long, device=device)
-        self.settings = Settings(slots, device)
 
 
 class GraphThinkerStage(ThinkerStage):
@@ -52,20 +44,16 @@ class GraphThinkerStage(ThinkerStage):
 
     def __init__(self, thinker: Any, stop_ids: list[int], follow: bool, *, capture: bool) -> None:
         super().__init__(thinker, stop_ids, follow)
-        config = self.lm.config
-        head_dim = getattr(config, "head_dim", None) or (
-            config.hidden_size // config.num_attention_heads
-        )
-        kv = (config.num_hidden_layers, config.num_key_value_heads, head_dim)
+        kv = kv_shape(self.lm.config)
         self.steps = StaticSteps("qwen2.5-omni thinker", self.device, kv, capture)
-        self.tables: _ThinkerTables | None = None
+        self.tables: TextTables | None = None
 
     def report(self) -> dict[str, Any]:
         return self.steps.runner.report()
 
-    def _tables(self, cache: SlotCache) -> _ThinkerTables:
+    def _tables(self, cache: SlotCache) -> TextTables:
         if self.tables is None or self.tables.slots != cache.num_slots:
-            self.tables = _ThinkerTables(cache.num_slots, self.device)
+            self.tables = TextTables(cache.num_slots, self.device)
         return self.tables
 
     def prefill(self, states: list[TextState], cache: Any) -> TokenOutput:

@@ -28,8 +28,7 @@ from omni_core.runtime import SlotCache, StaticSlotView, apply_repetition_penalt
 from omni_core.speech import ARState, StepOutput
 
 from .qwen3_talker import TalkerStage
-from .qwen3_thinker_graphs import kv_shape
-from .static_steps import Settings, StaticSteps, capturable_experts, mrope
+from .static_steps import Settings, StaticSteps, capturable_experts, kv_shape, mrope
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable

@@ -5,8 +5,8 @@ thousands of small kernels: 113 ms per step on an H200, nearly all launch overhe
 step is one function of a fixed shape ``(rows, keys, sampled)`` — ``rows`` the batch bucket of
 the highest slot in the step, ``keys`` the key bucket of the longest row
 (:class:`omni_core.runtime.StaticSlotView` over the runtime's cache) — whose inputs are device
-tables indexed by cache slot (:class:`_Tables`: the previous token, the row's step, its RoPE
-delta and sampling settings). Nothing in it reads the host, so
+tables indexed by cache slot (:class:`.static_steps.TextTables`: the previous token, the row's
+step, its RoPE delta and sampling settings). Nothing in it reads the host, so
 :class:`omni_core.runtime.GraphRunner` captures it (every batch bucket at the first decode, a
 new key bucket when first reached) and replays it (``decode_graphs=on``, CUDA); under
 ``decode_graphs=static`` (or off CUDA) the same static function runs eagerly, which is what the
@@ -39,26 +39,10 @@ from omni_core.chat import TextState, TokenOutput
 from omni_core.runtime import SlotCache, StaticSlotView
 
 from .qwen3_thinker import ThinkerStage
-from .static_steps import Settings, StaticSteps, capturable_experts, mrope
+from .static_steps import StaticSteps, TextTables, capturable_experts, kv_shape, mrope
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Callable
-
-
-def kv_shape(config: Any) -> tuple[int, int, int]:
-    """``(layers, kv heads, head dim)`` of a decoder config: what the slot cache reserves."""
-    heads = int(config.num_attention_heads)
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return int(config.num_hidden_layers), int(config.num_key_value_heads), int(head_dim)
-
-
-class _Tables:
-    def __init__(self, slots: int, device: torch.device) -> None:
-        self.slots = slots
-        self.tokens = torch.zeros(slots, dtype=torch.long, device=device)
-        self.steps = torch.zeros(slots, dtype=torch.long, device=device)
-        self.delta = torch.zeros(slots, dtype=torch.long, device=device)
-        self.settings = Settings(slots, device)
 
 
 class GraphThinkerStage(ThinkerStage):
@@ -72,7 +56,7 @@ class GraphThinkerStage(ThinkerStage):
         self.steps = StaticSteps(
             "qwen3-omni thinker", self.device, kv_shape(self.lm.config), capture
         )
-        self.tables: _Tables | None = None
+        self.tables: TextTables | None = None
         self.experts: str | None = None  # the implementation checked for capture
         if self.steps.runner.capture:
             self._capturable()
@@ -86,9 +70,9 @@ class GraphThinkerStage(ThinkerStage):
         if self.experts is None:
             self.experts = capturable_experts(self.lm, "qwen3-omni thinker")
 
-    def _tables(self, cache: SlotCache) -> _Tables:
+    def _tables(self, cache: SlotCache) -> TextTables:
         if self.tables is None or self.tables.slots != cache.num_slots:
-            self.tables = _Tables(cache.num_slots, self.device)
+            self.tables = TextTables(cache.num_slots, self.device)
         return self.tables
 
     def prefill(self, states: list[TextState], cache: SlotCache) -> TokenOutput:

@@ -129,6 +129,25 @@ class StaticSteps:
         return self.fns[key]
 
 
+def kv_shape(config: Any) -> tuple[int, int, int]:
+    """``(layers, kv heads, head dim)`` of a decoder config: what the slot cache reserves."""
+    heads = int(config.num_attention_heads)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return int(config.num_hidden_layers), int(config.num_key_value_heads), int(head_dim)
+
+
+class TextTables:
+    """A graphed text decoder's per-slot inputs: the token it feeds, the step it samples at,
+    its RoPE delta and its sampling settings."""
+
+    def __init__(self, slots: int, device: torch.device) -> None:
+        self.slots = slots
+        self.tokens = torch.zeros(slots, dtype=torch.long, device=device)
+        self.steps = torch.zeros(slots, dtype=torch.long, device=device)
+        self.delta = torch.zeros(slots, dtype=torch.long, device=device)
+        self.settings = Settings(slots, device)
+
+
 def mrope(view: StaticSlotView, delta: torch.Tensor) -> torch.Tensor:
     """``[3, rows, 1]`` positions: each slot's length plus its rope delta."""
     return (view.position_ids() + delta[:, None]).unsqueeze(0).expand(3, -1, -1)
