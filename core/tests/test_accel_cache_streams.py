@@ -166,7 +166,7 @@ def test_a_skipped_call_replays_every_stream(backend: str, streams_registry: Any
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("backend", ["magcache", "taylorseer"])
+@pytest.mark.parametrize("backend", ["magcache"])
 def test_backends_without_stream_support_refuse_clearly(
     backend: str, streams_registry: Any
 ) -> None:

@@ -1,8 +1,9 @@
-"""HunyuanVideo-1.5 with the first-block step cache: its double-stream blocks return the video
-and the text stream, and both are replayed. Threshold 0 is bit-equal to no cache; a lossy
-threshold skips steps (counted by the calls the skipped block did not make) at a quality cost
-measured as PSNR against the uncached run; batched requests equal the same requests alone with
-the cache on; the caches that need per-model calibration are refused with a clear error."""
+"""HunyuanVideo-1.5 with the first-block and TaylorSeer step caches: its double-stream blocks
+return the video and the text stream, and both are replayed (or predicted). Threshold 0 is
+bit-equal to no cache; a lossy threshold skips steps (counted by the calls the skipped block did
+not make) at a quality cost measured as PSNR against the uncached run; batched requests equal
+the same requests alone with the cache on; the caches that need per-model calibration are
+refused with a clear error."""
 
 from __future__ import annotations
 
@@ -41,6 +42,13 @@ class _BlockCalls:
 
 def _cached(checkpoint: Any, threshold: float) -> Omni:
     cache = {"backend": "first-block", "options": {"threshold": threshold}}
+    return Omni(checkpoint, device="cpu", dtype="float32", cache=cache)
+
+
+def _taylorseer(checkpoint: Any, interval: int) -> Omni:
+    """TaylorSeer after 2 warmup steps (float32 factors: the tiny model runs in float32)."""
+    options = {"cache_interval": interval, "warmup_steps": 2, "factors_dtype": "float32"}
+    cache = {"backend": "taylorseer", "options": options}
     return Omni(checkpoint, device="cpu", dtype="float32", cache=cache)
 
 
@@ -132,12 +140,26 @@ def test_a_skipped_forward_replays_both_streams(hunyuan_checkpoint) -> None:
     torch.testing.assert_close(first, second, rtol=0, atol=1e-5)
 
 
+def test_taylorseer_predicts_both_streams_between_computes(hunyuan_checkpoint, uncached) -> None:
+    steps = KW["num_inference_steps"]
+    exact, computed = _run(_taylorseer(hunyuan_checkpoint, 1))
+    assert np.array_equal(exact.video, uncached.video)
+    stats = exact.info["step_cache"]["transformer"]
+    assert (stats["backend"], stats["calls"], stats["hits"]) == ("taylorseer", steps, 0)
+    ours, computed = _run(_taylorseer(hunyuan_checkpoint, 2))
+    stats = ours.info["step_cache"]["transformer"]
+    # Steps 0, 1 warm up; then 3, 5, 7 compute and 2, 4, 6 are predicted.
+    assert (stats["calls"], stats["hits"]) == (steps, 3)
+    assert computed == steps - stats["hits"]  # a predicted block never runs
+    assert not np.array_equal(ours.video, uncached.video)
+
+
 @pytest.mark.parametrize(
     ("backend", "words"),
     [
         ("teacache", "per-model calibration"),
         ("magcache", "per-model calibration"),
-        ("taylorseer", "not supported by this pipeline"),
+        ("dbcache", "not supported by this pipeline"),
     ],
 )
 def test_other_caches_are_refused_clearly(backend, words, hunyuan_checkpoint) -> None:

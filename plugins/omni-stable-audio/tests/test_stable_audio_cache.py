@@ -1,8 +1,8 @@
-"""Stable Audio with the first-block step cache (its DiT blocks return one bare stream, declared
-as the adapter's ``block_streams``). Threshold 0 is bit-equal to no cache; a lossy threshold
-skips steps (counted by the calls the skipped block did not make) at a quality cost measured as
-PSNR against the uncached clip; batched requests equal the same requests alone with the cache
-on; the caches that need per-model calibration are refused with a clear error."""
+"""Stable Audio with the first-block and TaylorSeer step caches (its DiT blocks return one bare
+stream, declared as the adapter's ``block_streams``). Threshold 0 is bit-equal to no cache; a
+lossy threshold skips steps (counted by the calls the skipped block did not make) at a quality
+cost measured as PSNR against the uncached clip; batched requests equal the same requests alone
+with the cache on; the caches that need per-model calibration are refused with a clear error."""
 
 from __future__ import annotations
 
@@ -41,6 +41,13 @@ class _BlockCalls:
 
 def _cached(checkpoint: Any, threshold: float) -> Omni:
     cache = {"backend": "first-block", "options": {"threshold": threshold}}
+    return Omni(checkpoint, device="cpu", dtype="float32", cache=cache)
+
+
+def _taylorseer(checkpoint: Any, interval: int) -> Omni:
+    """TaylorSeer after 2 warmup steps (float32 factors: the tiny model runs in float32)."""
+    options = {"cache_interval": interval, "warmup_steps": 2, "factors_dtype": "float32"}
+    cache = {"backend": "taylorseer", "options": options}
     return Omni(checkpoint, device="cpu", dtype="float32", cache=cache)
 
 
@@ -141,12 +148,26 @@ def test_a_skipped_forward_replays_the_computed_one(audio_checkpoint) -> None:
     torch.testing.assert_close(first, second, rtol=0, atol=1e-5)
 
 
+def test_taylorseer_predicts_the_dit_between_computes(audio_checkpoint, uncached) -> None:
+    steps = KW["num_inference_steps"]
+    exact, computed = _run(_taylorseer(audio_checkpoint, 1))
+    assert np.array_equal(exact.audio, uncached.audio)
+    stats = exact.info["step_cache"]["transformer"]
+    assert (stats["backend"], stats["calls"], stats["hits"]) == ("taylorseer", steps, 0)
+    ours, computed = _run(_taylorseer(audio_checkpoint, 2))
+    stats = ours.info["step_cache"]["transformer"]
+    # Steps 0, 1 warm up; then 3, 5, 7 compute and 2, 4, 6 are predicted.
+    assert (stats["calls"], stats["hits"]) == (steps, 3)
+    assert computed == steps - stats["hits"]  # a predicted block never runs
+    assert not np.array_equal(ours.audio, uncached.audio)
+
+
 @pytest.mark.parametrize(
     ("backend", "words"),
     [
         ("teacache", "per-model calibration"),
         ("magcache", "per-model calibration"),
-        ("taylorseer", "not supported by this pipeline"),
+        ("dbcache", "not supported by this pipeline"),
     ],
 )
 def test_other_caches_are_refused_clearly(backend, words, audio_checkpoint) -> None:

@@ -1,8 +1,8 @@
-"""Z-Image with the first-block step cache over its joint ``layers`` (the refiners, on other
-token sets, always run). Threshold 0 is bit-equal to no cache; a lossy threshold skips steps
-(counted by the calls the skipped layer did not make) at a quality cost measured as PSNR against
-the uncached image; batched requests equal the same requests alone with the cache on; the
-caches that need per-model calibration are refused with a clear error."""
+"""Z-Image with the first-block and TaylorSeer step caches over its joint ``layers`` (the refiners,
+on other token sets, always run). Threshold 0 is bit-equal to no cache; a lossy threshold skips
+steps (counted by the calls the skipped layer did not make) at a quality cost measured as PSNR
+against the uncached image; batched requests equal the same requests alone with the cache on;
+the caches that need per-model calibration are refused with a clear error."""
 
 from __future__ import annotations
 
@@ -45,6 +45,13 @@ class _LayerCalls:
 
 def _cached(checkpoint: Any, threshold: float) -> Omni:
     cache = {"backend": "first-block", "options": {"threshold": threshold}}
+    return Omni(checkpoint, device="cpu", dtype="float32", cache=cache)
+
+
+def _taylorseer(checkpoint: Any, interval: int) -> Omni:
+    """TaylorSeer after 2 warmup steps (float32 factors: the tiny model runs in float32)."""
+    options = {"cache_interval": interval, "warmup_steps": 2, "factors_dtype": "float32"}
+    cache = {"backend": "taylorseer", "options": options}
     return Omni(checkpoint, device="cpu", dtype="float32", cache=cache)
 
 
@@ -117,12 +124,27 @@ def test_batched_equals_alone_with_the_cache_on(zimage_checkpoint) -> None:
         assert a.info["step_cache"] == b.info["step_cache"]
 
 
+def test_taylorseer_predicts_the_joint_layers_between_computes(zimage_checkpoint, uncached) -> None:
+    steps = KW["num_inference_steps"]
+    exact, computed, refined = _run(_taylorseer(zimage_checkpoint, 1))
+    assert np.array_equal(_array(exact), _array(uncached))
+    stats = exact.info["step_cache"]["transformer"]
+    assert (stats["backend"], stats["calls"], stats["hits"]) == ("taylorseer", steps, 0)
+    ours, computed, refined = _run(_taylorseer(zimage_checkpoint, 2))
+    stats = ours.info["step_cache"]["transformer"]
+    # Steps 0, 1 warm up; then 3, 5, 7 compute and 2, 4, 6 are predicted.
+    assert (stats["calls"], stats["hits"]) == (steps, 3)
+    assert computed == steps - stats["hits"]  # a predicted layer never runs
+    assert refined == steps  # the refiners are outside the cache: they always run
+    assert not np.array_equal(_array(ours), _array(uncached))
+
+
 @pytest.mark.parametrize(
     ("backend", "words"),
     [
         ("teacache", "per-model calibration"),
         ("magcache", "per-model calibration"),
-        ("taylorseer", "not supported by this pipeline"),
+        ("dbcache", "not supported by this pipeline"),
     ],
 )
 def test_other_caches_are_refused_clearly(backend, words, zimage_checkpoint) -> None:

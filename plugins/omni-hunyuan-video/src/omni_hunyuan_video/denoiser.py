@@ -4,8 +4,9 @@ Its repeated blocks are the 54 double-stream ``transformer_blocks`` (video and t
 by side): the scope of regional compile, of fp8 quantization and of the step caches. Each block
 returns ``(hidden_states, encoder_hidden_states)``, a layout diffusers' cache hooks have no
 metadata for, so it is declared as the adapter's ``block_streams``: first-block measures the
-video stream and replays a residual for both. There is no TeaCache polynomial nor MagCache
-ratios (nobody has calibrated them for this model), so those caches stay refused.
+video stream and replays a residual for both; TaylorSeer predicts both from their own Taylor
+factors. There is no TeaCache polynomial nor MagCache ratios (nobody has calibrated them for
+this model), so those caches stay refused.
 
 Ulysses cuts the video tokens of every block input (and the rotary table, one row per video
 token) along the sequence; the text tokens (prompt, glyph and image tokens) stay whole on every

@@ -17,13 +17,13 @@ from omni_core import (
 
 OMNI_PLUGIN_API = PLUGIN_API_VERSION
 #: CFG-parallel: the core's batch split of the [cond; uncond] rows; Ulysses: the denoiser's
-#: sequence plan. first-block is the one step cache that needs no per-model calibration
-#: (TeaCache and MagCache need coefficients).
+#: sequence plan. first-block and taylorseer are the step caches that need no per-model
+#: calibration (TeaCache and MagCache need coefficients).
 CAPABILITIES = PipelineCapabilities(
     step_batching=True,
     cfg_parallel=True,
     sequence_parallel=True,
-    cache_backends=("first-block",),
+    cache_backends=("first-block", "taylorseer"),
 )
 
 

@@ -5,8 +5,9 @@ rotary embeddings and grouped K/V heads, cross-attention to the T5 + seconds tok
 feed-forward): the scope of regional compile, of fp8 quantization and of the step caches. Q, K
 and V are separate projections (K/V narrower than Q). A block returns its hidden states as a
 bare tensor, a class diffusers' cache hooks have no metadata for, so the adapter declares that
-one stream (``block_streams``) and first-block replays it. There is no TeaCache polynomial nor
-MagCache ratios (nobody has calibrated them for this DiT), so those caches stay refused.
+one stream (``block_streams``); first-block replays it and TaylorSeer predicts it. There is no
+TeaCache polynomial nor MagCache ratios (nobody has calibrated them for this DiT), so those
+caches stay refused.
 
 No Ulysses plan: the blocks' attention processor (diffusers' ``StableAudioAttnProcessor2_0``)
 calls ``torch``'s SDPA itself instead of diffusers' ``dispatch_attention_fn``, so omni cannot

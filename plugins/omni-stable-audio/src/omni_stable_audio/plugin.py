@@ -27,11 +27,13 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             tasks=("t2a",),
             architectures=("StableAudioPipeline",),
             extras="omni_stable_audio.extras:StableAudioExtras",
-            # CFG-parallel: the core's batch split of the [uncond; cond] rows. first-block is the
-            # one step cache that needs no per-model calibration. No Ulysses plan: see
-            # omni_stable_audio.denoiser.
+            # CFG-parallel: the core's batch split of the [uncond; cond] rows. first-block and
+            # taylorseer are the step caches that need no per-model calibration. No Ulysses
+            # plan: see omni_stable_audio.denoiser.
             capabilities=PipelineCapabilities(
-                step_batching=True, cfg_parallel=True, cache_backends=("first-block",)
+                step_batching=True,
+                cfg_parallel=True,
+                cache_backends=("first-block", "taylorseer"),
             ),
             description="Stable Audio Open text to audio (sound effects, music): stereo 44.1 "
             "kHz clips of up to 47 s, CFG with guidance_scale > 1.",

@@ -7,10 +7,10 @@ of regional compile and of fp8 quantization. The step caches wrap the main ``lay
 lists would mix shapes. diffusers registers ``ZImageTransformerBlock`` with the default
 argument name ``hidden_states``, but its forward takes ``x``, so diffusers' own cache hooks fail
 on it: the block's one stream is declared as ``block_streams=("x",)`` (omni's stream-aware
-first-block hooks).
+first-block and TaylorSeer hooks).
 Its attention processor computes Q, K and V separately (no fused projections). There is no
-TeaCache polynomial nor MagCache ratios (nobody has calibrated them), so only first-block
-(which needs none) is served.
+TeaCache polynomial nor MagCache ratios (nobody has calibrated them), so only first-block and
+TaylorSeer (which need none) are served.
 
 Ulysses cuts the unified sequence (image tokens, then caption tokens, padded per batch to one
 length) through the main ``layers``: every token is sharded, none is replicated, so their

@@ -27,13 +27,13 @@ def omni_register_pipelines(register: Callable[[PipelineSpec], None]) -> None:
             architectures=("ZImagePipeline",),
             extras="omni_zimage.extras:ZImageExtras",
             # CFG-parallel: the core's batch split of the stacked rows (RowForward); Ulysses:
-            # the denoiser's sequence plan. first-block is the one step cache that needs no
-            # per-model calibration.
+            # the denoiser's sequence plan. first-block and taylorseer are the step caches that
+            # need no per-model calibration.
             capabilities=PipelineCapabilities(
                 step_batching=True,
                 cfg_parallel=True,
                 sequence_parallel=True,
-                cache_backends=("first-block",),
+                cache_backends=("first-block", "taylorseer"),
             ),
             description="Z-Image-Turbo (9 steps, no CFG) and Z-Image (CFG with "
             "guidance_scale > 0) text-to-image, sides in multiples of 16 px.",

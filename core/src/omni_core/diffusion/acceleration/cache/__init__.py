@@ -2,8 +2,9 @@
 each with its option parsing (``*_config``) and its ``apply_*``, as diffusers' hooks are cut:
 
 - :mod:`.first_block` (diffusers' First Block Cache), :mod:`.taylorseer` (diffusers'
-  TaylorSeer), :mod:`.magcache` (diffusers' MagCache), :mod:`.teacache` (ours, on diffusers'
-  hook API), :mod:`.dbcache` (cache-dit, optional);
+  TaylorSeer; :mod:`.taylor_streams`: ours, for declared streams), :mod:`.magcache`
+  (diffusers' MagCache), :mod:`.teacache` (ours, on diffusers' hook API), :mod:`.dbcache`
+  (cache-dit, optional);
 - :mod:`.base`: the per-request :class:`CacheHandle`, the :class:`CacheBackend` base, the
   shared diffusers-hook plumbing and :func:`apply_cache`.
 

@@ -7,7 +7,8 @@ with other streams, e.g. LTX-2's video and audio hidden states returned together
 by its model plugin in ``DenoiserAdapter.block_streams``: the names of the forward arguments the
 block returns updated, in the order of its output tuple (one name: the block returns a bare
 tensor). :func:`stream_layout` turns either description into one :class:`StreamLayout`, so the
-residual caches (first-block, TeaCache) store one residual per stream and know no model.
+residual caches (first-block, TeaCache) store one residual per stream, TaylorSeer one set of
+Taylor factors per stream, and none of them knows a model.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from omni_core.contract.errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from omni_core.diffusion.denoisers import DenoiserAdapter
 
-#: The backends that replay every declared stream; the others handle diffusers' layouts only.
-STREAM_BACKENDS: tuple[str, ...] = ("first-block", "teacache")
+#: The backends that replay (or predict) every declared stream; the others handle diffusers'
+#: layouts only.
+STREAM_BACKENDS: tuple[str, ...] = ("first-block", "teacache", "taylorseer")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,10 @@
 """TaylorSeer (diffusers' ``TaylorSeerCacheConfig``): full compute every ``cache_interval``
 steps, Taylor-extrapolated block outputs in between.
 
+Blocks whose layout diffusers knows get diffusers' own hooks. Blocks whose adapter declares
+``block_streams`` get the same schedule and expansion on omni's hooks, one set of Taylor
+factors per stream (:mod:`.taylor_streams`; ``lite`` is refused there).
+
 Options: ``cache_interval`` (5), ``warmup_steps`` (3, full compute first), ``max_order`` (1),
 ``lite`` (False: cache only proj_out, skip blocks), ``factors_dtype`` (``bfloat16``).
 Memory: the full variant keeps ``max_order + 1`` tensors of every block's output per request
@@ -20,7 +24,10 @@ from omni_core.diffusion.acceleration.cache.base import (
     finish_apply,
     option,
 )
-from omni_core.diffusion.acceleration.cache.streams import refuse_declared_streams
+from omni_core.diffusion.acceleration.cache.taylor_streams import (
+    TaylorSeerOptions,
+    apply_stream_taylorseer,
+)
 from omni_core.diffusion.denoisers import cache_block_list
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,20 +46,34 @@ def _torch_dtype(name: Any) -> Any:
     return value
 
 
+def taylorseer_options(config: CacheConfig) -> TaylorSeerOptions:
+    """``cache.options`` checked and typed (both implementations read these)."""
+    check_options(config, OPTIONS, TaylorSeerCache.name)
+    opts = TaylorSeerOptions(
+        cache_interval=option(config, "cache_interval", 5, int),
+        warmup_steps=option(config, "warmup_steps", 3, int),
+        max_order=option(config, "max_order", 1, int),
+        factors_dtype=_torch_dtype(config.options.get("factors_dtype", "bfloat16")),
+        lite=bool(config.options.get("lite", False)),
+    )
+    opts.check()
+    return opts
+
+
 def taylorseer_config(config: CacheConfig, module: Any, adapter: DenoiserAdapter) -> Any:
     """``cache.options`` checked and turned into diffusers' ``TaylorSeerCacheConfig``, whose
     cache identifiers are the adapter's block lists."""
     from diffusers.hooks import TaylorSeerCacheConfig
 
-    check_options(config, OPTIONS, TaylorSeerCache.name)
+    opts = taylorseer_options(config)
     lists = dict.fromkeys(name.split(".")[0] for name, _ in cache_block_list(module, adapter))
     return TaylorSeerCacheConfig(
-        cache_interval=option(config, "cache_interval", 5, int),
-        disable_cache_before_step=option(config, "warmup_steps", 3, int),
-        max_order=option(config, "max_order", 1, int),
-        taylor_factors_dtype=_torch_dtype(config.options.get("factors_dtype", "bfloat16")),
+        cache_interval=opts.cache_interval,
+        disable_cache_before_step=opts.warmup_steps,
+        max_order=opts.max_order,
+        taylor_factors_dtype=opts.factors_dtype,
         cache_identifiers=[rf"^{name}\.\d+$" for name in lists],
-        use_lite_mode=bool(config.options.get("lite", False)),
+        use_lite_mode=opts.lite,
     )
 
 
@@ -87,12 +108,13 @@ def apply_taylorseer(module: Any, cfg: Any, adapter: DenoiserAdapter) -> CacheHa
 
 
 class TaylorSeerCache(CacheBackend):
-    """diffusers' TaylorSeer: full compute every ``cache_interval`` steps, extrapolated between
-    (options in the module docstring)."""
+    """TaylorSeer: full compute every ``cache_interval`` steps, extrapolated between (options
+    in the module docstring); diffusers' hooks, or omni's for declared streams."""
 
     name = "taylorseer"
     options = OPTIONS
 
     def apply(self, module: Any, config: CacheConfig, adapter: DenoiserAdapter) -> CacheHandle:
-        refuse_declared_streams(adapter, self.name)
+        if adapter.block_streams:
+            return apply_stream_taylorseer(module, taylorseer_options(config), adapter)
         return apply_taylorseer(module, taylorseer_config(config, module, adapter), adapter)
