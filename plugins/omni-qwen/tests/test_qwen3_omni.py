@@ -258,6 +258,23 @@ def test_text_only_loading(checkpoint: Path, pipe: Any) -> None:
     assert alias.output_modalities == ("text",)
 
 
+def test_experts_option_sets_the_implementation(checkpoint: Path, pipe: Any) -> None:
+    """``experts`` picks transformers' MoE experts implementation for the whole model; the
+    answer is the same, and an unknown name is a ConfigError naming the key."""
+    from omni_core import ConfigError
+    from omni_qwen.omni.qwen3_pipeline import Qwen3OmniPipeline
+
+    batched = Qwen3OmniPipeline.from_pretrained(checkpoint, _options(experts="batched_mm"))
+    for config in (batched.model.thinker.config.text_config, batched.model.talker.config):
+        assert config._experts_implementation == "batched_mm"
+    _, ids, _ = _answer(batched.open(_request(batched, CONVERSATIONS["text"], audio=False)))
+    _, base_ids, _ = _answer(pipe.open(_request(pipe, CONVERSATIONS["text"], audio=False)))
+    assert ids == base_ids
+    with pytest.raises(ConfigError, match="experts='no-such'"):
+        Qwen3OmniPipeline(batched.model, batched.processor, False, _options(experts="no-such"),
+                          checkpoint)  # fmt: skip
+
+
 def test_voices_are_the_speakers(pipe: Any) -> None:
     from omni_qwen.testing.qwen3_omni import SPEAKERS
 

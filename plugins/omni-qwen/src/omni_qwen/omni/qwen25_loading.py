@@ -85,7 +85,8 @@ def load_processor(folder: Path) -> tuple[Any, bool]:
 
 def load_model(folder: Path, *, device: Any, dtype: Any, audio_output: bool) -> Any:
     """``Qwen2_5OmniForConditionalGeneration`` from ``folder`` (safetensors only), on
-    ``device``; without its talker and token2wav when ``audio_output`` is False. token2wav is
+    ``device`` (``device_map``: the shards are read straight into device memory, not copied
+    through the host); without its talker and token2wav when ``audio_output`` is False. token2wav is
     kept in float32 (as transformers' ``generate`` runs it)."""
     from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
 
@@ -94,9 +95,9 @@ def load_model(folder: Path, *, device: Any, dtype: Any, audio_output: bool) -> 
     config.enable_audio_output = bool(audio_output)
     speakers_file(folder)
     model = Qwen2_5OmniForConditionalGeneration.from_pretrained(
-        str(folder), config=config, dtype=dtype, use_safetensors=True
+        str(folder), config=config, dtype=dtype, use_safetensors=True, device_map={"": device}
     )
-    model = model.to(device).eval()
+    model = model.eval()
     if model.has_talker:
         model.token2wav.float()
     for module in model.modules():

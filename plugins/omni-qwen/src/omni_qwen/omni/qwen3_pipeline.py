@@ -6,7 +6,9 @@ batched across requests (:mod:`.qwen3_thinker`), the talker speaks each answer w
 written and its audio streams as code chunks are decoded (:mod:`.qwen3_talker`).
 
 The model, its configs and its modules are transformers' own, loaded with
-``from_pretrained`` from the official layout (safetensors). ``audio_output=false`` (default:
+``from_pretrained`` from the official layout (safetensors), straight onto the device
+(``device_map``: each shard is read into device memory, no host copy of the ~70 GB model, and
+transformers fuses the MoE experts there). ``audio_output=false`` (default:
 the checkpoint's ``enable_audio_output``) loads the thinker only (no talker, no code2wav): the
 model then answers text, and a request for audio is refused with a 400.
 
@@ -74,6 +76,9 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
         "over the slot caches, MoE experts switched to a capturable implementation) and the code "
         "predictor's 15-forward frame loop replayed as CUDA graphs per batch bucket on CUDA "
         "(eager elsewhere); static: the same static steps uncaptured; off: the eager stages",
+        "experts": "the MoE experts implementation of the thinker and talker, by transformers' "
+        "name (grouped_mm, batched_mm, eager; default: the loaded one, switched to a capturable "
+        "one under decode_graphs=on)",
     }
 
     def __init__(
@@ -98,6 +103,8 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
             raise ConfigError(
                 f"decode_graphs={extra.get('decode_graphs')!r}: expected on, static or off"
             )
+        if "experts" in extra:
+            self._set_experts(str(extra["experts"]).strip())
         config = model.config
         tc_speakers = config.talker_config.speaker_id if self.audio else {}
         # lower-case names, as generate() looks them up
@@ -109,6 +116,14 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
             "assistant": int(config.assistant_token_id),
         }
         self.defaults = self._generation_defaults(path)
+
+    def _set_experts(self, name: str) -> None:
+        """The ``experts`` load option: transformers' ``set_experts_implementation`` on the
+        whole model (thinker and talker), a ConfigError naming the key when it is refused."""
+        try:
+            self.model.set_experts_implementation(name)
+        except (ValueError, ImportError, KeyError, RuntimeError) as exc:
+            raise ConfigError(f"experts={name!r}: {exc}") from exc
 
     @classmethod
     def from_pretrained(cls, path: Path, options: PipelineOptions) -> Qwen3OmniPipeline:
@@ -128,8 +143,9 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
             dtype=dtype,
             enable_audio_output=flag("audio_output", wanted),
             use_safetensors=True,
+            device_map={"": options.device},  # shards straight onto the device (module doc)
         )
-        model = model.to(options.device).eval().requires_grad_(False)
+        model = model.eval().requires_grad_(False)
         processor, videos = load_processor(path)
         return cls(model, processor, videos, options, path)
 
