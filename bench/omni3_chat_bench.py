@@ -25,7 +25,9 @@ passes a load option to omni's pipeline (``decode_graphs=on|static|off``: the de
 CUDA graphs or eager); each ``--variant KEY=VALUE[,...]`` runs omni's side once more on the same
 model with those options on top. ``variants`` in the result holds every run with its stage
 paths (graph counters where graphed) and its greedy answer compared with the first run's.
-Every level runs once untimed first (its shapes' first kernels, a bucket's capture);
+``--profile 1,8`` times each stage of those levels (synchronised), ``--trace 1,1t`` records
+their kernels with ``torch.profiler`` (``1t``: a text-only answer). Every level runs once
+untimed first (its shapes' first kernels, a bucket's capture);
 ``--text-concurrency 1,32`` adds text-only answers of ``--text-tokens`` tokens (``text_only``).
 """
 
@@ -38,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omni_chat_bench import PROMPT, _paths, answer_audio, profile_omni, run_omni
+from omni_chat_bench import PROMPT, _paths, answer_audio, kernel_trace, profile_omni, run_omni
 
 #: The Qwen3-Omni-30B-A3B sizes that differ from the tiny checkpoint's, per sub-config.
 SIZES: dict[str, dict[str, Any]] = {
@@ -257,6 +259,11 @@ def run_variant(
             for c in args.profile.split(",")
             if c.strip()
         ]
+        out["trace"] = [
+            kernel_trace(pipeline, int(c.rstrip("t")), args.max_tokens, sync, not c.endswith("t"))
+            for c in args.trace.split(",")
+            if c.strip()
+        ]
         out["answer"] = answer_audio(pipeline, args.max_tokens)
     except Exception as exc:  # noqa: BLE001 - reported in the results file
         out["error"] = f"{type(exc).__name__}: {exc}"
@@ -301,6 +308,9 @@ def main() -> None:
     )
     parser.add_argument("--text-tokens", type=int, default=128, help="tokens per text answer")
     parser.add_argument("--profile", default="", help="levels to profile per stage, e.g. 1,8")
+    parser.add_argument(
+        "--trace", default="", help="levels to trace kernels of (torch.profiler), 1t: text-only"
+    )
     parser.add_argument("--option", action="append", default=[], help="KEY=VALUE load option")
     parser.add_argument(
         "--variant",

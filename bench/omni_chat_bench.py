@@ -299,14 +299,28 @@ def answer_audio(pipeline: Any, tokens: int) -> tuple[list[int], Any]:
     return list(stream.ids), np.concatenate(pieces)
 
 
-def profile_omni(pipeline: Any, concurrency: int, tokens: int, sync: Any) -> dict[str, Any]:
+def token2wav_parts(codec: Any) -> list[tuple[Any, str, str]]:
+    """Qwen2.5-Omni's codec chunk in parts: the DiT's ODE + BigVGAN per speaker batch, and
+    BigVGAN alone (what is left of ``codec_chunk`` is its host read and the per-row cut)."""
+    return [
+        (codec, "_waveforms", "codec_ode_and_vocoder"),
+        (codec.token2wav.code2wav_bigvgan_model, "forward", "codec_vocoder"),
+    ]
+
+
+def profile_omni(
+    pipeline: Any, concurrency: int, tokens: int, sync: Any, codec_parts: Any = None
+) -> dict[str, Any]:
     """Per-stage time of one level (an untimed pass: every stage call is wrapped in device
-    synchronisations, so its wall time is its own; host work is the rest of the step)."""
+    synchronisations, so its wall time is its own; host work is the rest of the step).
+    ``codec_parts(codec)``: (owner, method, name) of the family's codec internals to time too
+    (nested in ``codec_chunk``)."""
     runtime = pipeline.shared_runtime()
     timer = StageTimer(sync)
     spent, calls = timer.spent, timer.calls
     timer.wrap(runtime.stages.decoder, "prefill", "thinker_prefill")
     timer.wrap(runtime.stages.decoder, "decode", "thinker_step")
+    nested = ["step"]
     if runtime.speech_chain is not None:
         speech = runtime.speech_chain.stages
         timer.wrap(speech.decoder, "prefill", "talker_prefill")
@@ -314,10 +328,9 @@ def profile_omni(pipeline: Any, concurrency: int, tokens: int, sync: Any) -> dic
         for i, stage in enumerate(speech.frame_stages):
             timer.wrap(stage, "run", f"frame_stage_{i}")
         timer.wrap(speech.codec, "decode", "codec_chunk")
-        # the chunk's parts: the DiT's ODE + BigVGAN per speaker batch, and BigVGAN alone
-        # (what is left of codec_chunk is its host read and the per-row cut)
-        timer.wrap(speech.codec, "_waveforms", "codec_ode_and_vocoder")
-        timer.wrap(speech.codec.token2wav.code2wav_bigvgan_model, "forward", "codec_vocoder")
+        for owner, method, name in codec_parts(speech.codec) if codec_parts else []:
+            timer.wrap(owner, method, name)
+            nested.append(name)
     timer.wrap(runtime, "step", "step")
     try:
         level = run_omni(pipeline, concurrency, tokens, sync)
@@ -329,12 +342,50 @@ def profile_omni(pipeline: Any, concurrency: int, tokens: int, sync: Any) -> dic
         for k, v in spent.items()
         if k != "step"
     }
-    nested = ("step", "codec_ode_and_vocoder", "codec_vocoder")  # inside codec_chunk
     host = spent.get("step", 0.0) - sum(v for k, v in spent.items() if k not in nested)
     stages["host_work"] = {"ms_per_step": host * 1e3 / steps}
     summary = ", ".join(f"{k} {v['ms_per_step']:.1f}" for k, v in stages.items())
     print(f"profile c={concurrency}: {steps} steps, ms/step: {summary}", flush=True)
     return {"concurrency": concurrency, "steps": steps, "stages": stages, "wall_s": level["wall_s"]}
+
+
+def kernel_trace(
+    pipeline: Any, concurrency: int, tokens: int, sync: Any, audio: bool = True, top: int = 30
+) -> dict[str, Any]:
+    """One level under ``torch.profiler`` (CPU and CUDA; kernels replayed inside CUDA graphs
+    are recorded too): the ``top`` operators and kernels by device time, with the level's wall
+    time and runtime steps, so a step's device time can be told from its host time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    runtime = pipeline.shared_runtime()
+    steps0 = runtime.steps
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        level = run_omni(pipeline, concurrency, tokens, sync, audio=audio)
+        sync()
+    events = prof.key_averages()
+    rows = sorted(events, key=lambda e: e.device_time_total, reverse=True)[:top]
+    table = [
+        {"name": e.key[:120], "calls": e.count, "device_ms": e.device_time_total / 1e3,
+         "cpu_ms": e.cpu_time_total / 1e3}
+        for e in rows
+    ]  # fmt: skip
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    device_ms = sum(e.self_device_time_total for e in events) / 1e3
+    out = {"concurrency": concurrency, "audio": audio, "steps": runtime.steps - steps0,
+           "wall_s": level["wall_s"], "device_ms": device_ms, "kernels": len(kernels),
+           "top": table}  # fmt: skip
+    print(
+        f"trace c={concurrency} audio={audio}: {out['steps']} steps, wall {level['wall_s']:.3f} s,"
+        f" device {device_ms:.1f} ms",
+        flush=True,
+    )
+    for row in table[:20]:
+        print(f"  {row['device_ms']:9.2f} ms {row['calls']:6d}x  {row['name']}", flush=True)
+    return out
 
 
 def run_transformers(
@@ -515,7 +566,7 @@ def main() -> None:
         )
         del eager
         profiles = [
-            profile_omni(pipeline, int(c), args.max_tokens, sync)
+            profile_omni(pipeline, int(c), args.max_tokens, sync, token2wav_parts)
             for c in args.profile.split(",")
             if c.strip()
         ]

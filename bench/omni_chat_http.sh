@@ -5,7 +5,8 @@
 # the repo root:
 #   bash bench/omni_chat_http.sh                                        # Qwen2.5-Omni-7B sizes
 #   bash bench/omni_chat_http.sh --option decode_graphs=on              # a load option, both paths
-#   bash bench/omni_chat_http.sh --model qwen3-omni-30b-a3b             # ~70 GB checkpoint: x2 disk
+#   bash bench/omni_chat_http.sh --model qwen3-omni-30b-a3b --spill /dev/shm/omni-spill --http-only
+#                        # ~70 GB checkpoint: the shards that do not fit the disk go to tmpfs
 # The machine has torch/transformers but no fastapi/uvicorn/pydantic/openai/httpx/websockets:
 # they come from ./.whl (carry ".whl"; fill it with ../shared/tools/device-wheels.sh openai
 # httpx httpcore h11 anyio sniffio idna certifi distro jiter websockets python-multipart

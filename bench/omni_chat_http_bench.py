@@ -11,9 +11,11 @@ complete): the model at the real sizes (``omni_chat_bench.real_config`` /
 ``omni3_chat_bench.real_config``) with random weights initialised on the GPU in bf16 as those
 in-process benches do (transformers' own init; saved with ``save_pretrained``: ~21 GB for
 Qwen2.5-Omni-7B, ~70 GB for Qwen3-Omni-30B-A3B, more than one H200 machine's disk: use the
-two-GPU kind for its disk, or ``--checkpoint`` on a larger one), the tiny checkpoint's
-tokenizer with its vocabulary padded to the thinker's (every id a random thinker says decodes
-to a word, so the client sees every token), its processor files, and
+two-GPU kind for its disk, or ``--spill /dev/shm/omni-spill``: a shard that would leave the
+checkpoint's disk with less than 4 GB free is written there instead and linked into the folder
+under its own name, so the folder keeps the official layout and loads as it is), the tiny
+checkpoint's tokenizer with its vocabulary padded to the thinker's (every id a random thinker
+says decodes to a word, so the client sees every token), its processor files, and
 ``generation_config.json`` with no stop token (every answer has exactly ``--max-tokens``
 tokens). Speech is capped at ``--speech-frames`` codes per answer
 (``talker_max_frames`` / ``max_audio_frames``); a random talker may still end an answer
@@ -33,11 +35,14 @@ issue's schema (``model``, ``concurrency``, ``path``, ``first_audio_s``, ``rtf``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +114,9 @@ def _filled(vocab: dict[str, int], specials: dict[str, int], size: int) -> dict[
     return vocab
 
 
-def build_checkpoint(model: str, folder: Path, frames: int, tiny: bool) -> Path:
+def build_checkpoint(
+    model: str, folder: Path, frames: int, tiny: bool, spill: Path | None = None
+) -> Path:
     """The folder for ``model`` (module doc); a complete one (``.complete``) is reused."""
     if (folder / ".complete").exists():
         return folder
@@ -121,14 +128,47 @@ def build_checkpoint(model: str, folder: Path, frames: int, tiny: bool) -> Path:
         getattr(testing, f"build_tiny_{family}_omni")(folder)
         generation = json.loads((folder / "generation_config.json").read_text())
     else:
-        generation = _real(family, folder, frames)
+        generation = _real(family, folder, frames, spill)
     generation.update(eos_token_id=[-1], do_sample=False)  # exactly --max-tokens tokens
     (folder / "generation_config.json").write_text(json.dumps(generation, indent=2))
     (folder / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     return folder
 
 
-def _real(family: str, folder: Path, frames: int) -> dict[str, Any]:
+@contextlib.contextmanager
+def spilled_shards(spill: Path | None, reserve: int = 4 << 30) -> Iterator[None]:
+    """While saving, a shard that would leave its disk with under ``reserve`` bytes free goes to
+    ``spill`` (a tmpfs on the GPU machine) and is linked into the folder under its own name."""
+    if spill is None:
+        yield
+        return
+    import transformers.modeling_utils as saving
+
+    write = saving.safe_save_file
+
+    def placed(tensors: dict[str, Any], filename: str, metadata: Any = None) -> None:
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        target = Path(filename)
+        if shutil.disk_usage(target.parent).free - size < reserve:
+            spill.mkdir(parents=True, exist_ok=True)
+            if shutil.disk_usage(spill).free - size < reserve:
+                gb = size / 1e9
+                raise SystemExit(f"no room for {target.name} ({gb:.1f} GB) here or in {spill}")
+            write(tensors, str(spill / target.name), metadata=metadata)
+            target.unlink(missing_ok=True)
+            target.symlink_to(spill / target.name)
+            print(f"{target.name}: {size / 1e9:.1f} GB in {spill}", flush=True)
+        else:
+            write(tensors, filename, metadata=metadata)
+
+    saving.safe_save_file = placed
+    try:
+        yield
+    finally:
+        saving.safe_save_file = write
+
+
+def _real(family: str, folder: Path, frames: int, spill: Path | None) -> dict[str, Any]:
     """Random weights at the real sizes, initialised on the GPU in bf16 as the in-process
     benches initialise them (transformers' own init), saved with ``save_pretrained``."""
     import gc
@@ -168,7 +208,8 @@ def _real(family: str, folder: Path, frames: int) -> dict[str, Any]:
     tiny.write_processor(folder)
     pad_vocabulary(folder, int(raw["thinker_config"]["text_config"]["vocab_size"]))
     count = sum(p.numel() for p in model.parameters())
-    model.save_pretrained(str(folder), safe_serialization=True, max_shard_size="10GB")
+    with spilled_shards(spill):
+        model.save_pretrained(str(folder), safe_serialization=True, max_shard_size="10GB")
     del model
     gc.collect()
     torch.cuda.empty_cache()
@@ -207,6 +248,11 @@ def main() -> None:
     parser.add_argument("--model", choices=sorted(MODELS), default="qwen2.5-omni-7b")
     parser.add_argument("--checkpoint", type=Path, default=Path("/tmp/omni-chat-ckpt"))
     parser.add_argument("--tiny", action="store_true", help="the tiny checkpoint (CPU run)")
+    parser.add_argument("--spill", type=Path, help="shards that do not fit the disk go here")
+    parser.add_argument("--build-only", action="store_true", help="write the checkpoint, stop")
+    parser.add_argument(
+        "--http-only", action="store_true", help="no in-process rows (one load of the model)"
+    )
     parser.add_argument("--concurrency", default="1,2,8,32")
     parser.add_argument("--text-concurrency", default="1,32")
     parser.add_argument("--max-tokens", type=int, default=24)
@@ -218,8 +264,11 @@ def main() -> None:
     args = parser.parse_args()
     folder = args.checkpoint / (args.model + ("-tiny" if args.tiny else ""))
     t0 = time.perf_counter()
-    build_checkpoint(args.model, folder, args.speech_frames, args.tiny)
+    build_checkpoint(args.model, folder, args.speech_frames, args.tiny, args.spill)
     build_s = time.perf_counter() - t0
+    if args.build_only:
+        print(f"checkpoint {folder} ready in {build_s:.1f} s", flush=True)
+        return
     cap = MODELS[args.model][1]
     options = [f"{cap}={args.speech_frames}", *args.option]
     raw_out = args.out.with_suffix(".bench.json")
@@ -228,6 +277,7 @@ def main() -> None:
         "--start-server", "--concurrency", args.concurrency,
         "--text-concurrency", args.text_concurrency, "--max-tokens", str(args.max_tokens),
         "--rounds", str(args.rounds), "--output", str(raw_out),
+        *(["--no-in-process"] if args.http_only else []),
         *(a for o in options for a in ("--option", o)),
         *(f"--serve-arg={a}" for a in ["--batch-seeded", *args.serve_arg]),
     ]  # fmt: skip
