@@ -275,6 +275,26 @@ def test_experts_option_sets_the_implementation(checkpoint: Path, pipe: Any) -> 
                           checkpoint)  # fmt: skip
 
 
+def test_fused_norms_answer_equals_generate(checkpoint: Path, reference: Any) -> None:
+    """``fused_norms=on`` (opt-in) runs torch's fused rms_norm in every norm of the
+    model's classes; the answer still equals transformers' generate() (text, and audio within
+    1e-4), and ``off`` gives the norms transformers' own forward back."""
+    from omni_qwen.omni.qwen3_pipeline import Qwen3OmniPipeline
+
+    options = _options(left_context=4096, first_chunk_frames=2, chunk_frames=3, fused_norms="on")
+    fused = Qwen3OmniPipeline.from_pretrained(checkpoint, options)
+    assert fused.fused_norms > 0
+    messages = CONVERSATIONS["system+turns"]
+    _, ids, audio = _answer(fused.open(_request(fused, messages, audio=True)))
+    want_ids, want_audio = _generate(fused, reference, messages, audio=True)
+    assert ids == want_ids
+    assert audio.shape == want_audio.shape
+    assert np.abs(audio - want_audio).max() < AUDIO_ATOL
+    plain = Qwen3OmniPipeline(fused.model, fused.processor, False, _options(), checkpoint)
+    assert plain.fused_norms == 0
+    assert all("forward" not in m.__dict__ for m in fused.model.modules())
+
+
 def test_voices_are_the_speakers(pipe: Any) -> None:
     from omni_qwen.testing.qwen3_omni import SPEAKERS
 

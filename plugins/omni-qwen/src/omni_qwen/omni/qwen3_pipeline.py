@@ -79,6 +79,10 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
         "experts": "the MoE experts implementation of the thinker and talker, by transformers' "
         "name (grouped_mm, batched_mm, eager; default: the loaded one, switched to a capturable "
         "one under decode_graphs=on)",
+        "fused_norms": "off (default): transformers' own RMSNorm forward; on: torch's fused "
+        "rms_norm and the weight's multiply (two kernels instead of eight in bfloat16, the same "
+        "formula in another float32 reduction order: bfloat16 answers may round differently "
+        "from transformers'; see omni_qwen.omni.fused_norms)",
     }
 
     def __init__(
@@ -105,6 +109,10 @@ class Qwen3OmniPipeline(AutoregressiveChatPipeline):
             )
         if "experts" in extra:
             self._set_experts(str(extra["experts"]).strip())
+        from .fused_norms import set_fused_rms_norms
+
+        fused = flag("fused_norms", extra.get("fused_norms", "off"))
+        self.fused_norms = set_fused_rms_norms(model, fused)
         config = model.config
         tc_speakers = config.talker_config.speaker_id if self.audio else {}
         # lower-case names, as generate() looks them up
