@@ -214,6 +214,42 @@ def test_concurrent_requests_answer_as_alone(pipe: Any) -> None:
         np.testing.assert_allclose(joined, audio, atol=AUDIO_ATOL, rtol=0)
 
 
+def test_seeded_answers_share_code2wav_calls_under_batch_seeded(pipe: Any) -> None:
+    """code2wav says ``batches_seeded`` (it draws no noise): with the runtime's seeded batching
+    on (what ``--batch-seeded`` does) two seeded answers opened together share code2wav calls,
+    and each answer's audio is still its audio alone."""
+    requests = [
+        _request(pipe, CONVERSATIONS["text"], audio=True, temperature=0.7, seed=s, stream=True)
+        for s in (11, 12)
+    ]
+    alone = [_answer(pipe.open(r))[2] for r in requests]
+    runtime = pipe.shared_runtime()
+    codec = runtime.speech_chain.stages.codec
+    rows: list[int] = []
+
+    def counted(codes: Any, context: int) -> Any:
+        rows.append(codes.shape[0])
+        return type(codec).decode(codec, codes, context)
+
+    runtime.allow_seeded_batches(True)
+    codec.decode = counted  # type: ignore[method-assign]
+    try:
+        streams = [pipe.open(r) for r in requests]
+        got: list[list[Any]] = [[] for _ in streams]
+        while not all(s.done for s in streams):
+            runtime.step()
+            for out, stream in zip(got, streams, strict=True):
+                out.extend(stream.poll())
+    finally:
+        del codec.decode
+        runtime.allow_seeded_batches(False)
+    assert max(rows) == 2  # chunks of both answers in one call
+    for deltas, audio in zip(got, alone, strict=True):
+        joined = np.concatenate([d.audio.samples for d in deltas if d.audio is not None])
+        assert joined.shape == audio.shape
+        np.testing.assert_allclose(joined, audio, atol=AUDIO_ATOL, rtol=0)
+
+
 def test_code2wav_chunks_converge_with_left_context(pipe: Any) -> None:
     """Chunked decoding joins into exactly the whole decode's length; its values approach the
     whole decode as left context grows and equal it once the context reaches the start. (On

@@ -289,6 +289,9 @@ class Code2WavStage(ChunkDecoder):
     """code2wav over chunks with left context (module docstring: the trimmed samples)."""
 
     sample_rate = 24000
+    #: code2wav draws no noise: a row's audio is its own in any batch (within float rounding),
+    #: so under ``--batch-seeded`` seeded answers' chunks share calls too.
+    batches_seeded = True
 
     def __init__(self, code2wav: Any, left_context: int) -> None:
         self.code2wav = code2wav
