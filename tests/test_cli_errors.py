@@ -42,6 +42,16 @@ def test_cli_cuda_device_on_a_cpu_only_machine(command: list[str]) -> None:
     _one_line_exit_2([*command, "--device", "cuda:1"], "device", "'cuda:1'")
 
 
+@pytest.mark.parametrize("value", ["-5", "5000", "soon"])
+def test_cli_serve_admit_window_out_of_range(value: str) -> None:
+    """click's usage error for a range option (as for --max-batch): exit 2, no traceback, the
+    option named on its error line."""
+    result = CliRunner().invoke(cli, [*SERVE, "--admit-window-ms", value])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "Error: Invalid value for '--admit-window-ms'" in result.output
+
+
 def test_cli_device_index_beyond_the_devices() -> None:
     from omni_core.contract.platforms import current_platform
 

@@ -129,8 +129,8 @@ def test_serve_cli_warns_when_public_without_key() -> None:
 
 
 def test_serve_cli_answer_flags_reach_the_server_config(checkpoints, monkeypatch) -> None:
-    """``--speech-format`` and ``--chat-modalities`` set the config the app is made from
-    (nothing is bound: the app factory is replaced)."""
+    """``--speech-format``, ``--chat-modalities`` and ``--admit-window-ms`` set the config the
+    app is made from (nothing is bound: the app factory is replaced)."""
     from omni_core.serving import app as app_module
     from omni_core.serving import config as config_module
 
@@ -141,12 +141,17 @@ def test_serve_cli_answer_flags_reach_the_server_config(checkpoints, monkeypatch
     )
     assert "wan" in checkpoints.paths, checkpoints.missing
     wan = str(checkpoints.paths["wan"])
-    result = _run("serve", wan, "--speech-format", "mp3", "--chat-modalities", "text")
+    result = _run(
+        "serve", wan, "--speech-format", "mp3", "--chat-modalities", "text",
+        "--admit-window-ms", "7.5",
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     config = seen["config"]
     assert isinstance(config, config_module.ServerConfig)
     assert (config.speech_format, config.chat_modalities) == ("mp3", "text")
-    assert config_module.ServerConfig(models=config.models).speech_format == "wav"
+    assert config.admit_window_ms == 7.5
+    default = config_module.ServerConfig(models=config.models)
+    assert (default.speech_format, default.admit_window_ms) == ("wav", 0.0)
 
 
 def test_serve_cli_refuses_a_loading_option_no_pipeline_reads(checkpoints) -> None:

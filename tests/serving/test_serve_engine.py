@@ -227,6 +227,43 @@ def test_serve_client_disconnect_cancels_the_request(live_server, wait_for, monk
     assert steps < 50, f"{steps} steps ran for a request whose client went away"
 
 
+@pytest.mark.parametrize("window_s", [0.0, 0.5])
+def test_admit_window_lets_requests_sent_together_share_the_first_step(
+    omni_models, window_s: float
+) -> None:
+    """An idle engine starts a lone arrival at once, so a request sent 50 ms later waits a whole
+    step; with ``admit_window_s`` the idle engine waits for it and both share the first step."""
+    if "qwen" not in omni_models:
+        pytest.skip("qwen is not available")
+    omni = omni_models["qwen"]
+    requests = [
+        omni.request(f"prompt {i}", num_inference_steps=3, width=32, height=32) for i in range(2)
+    ]
+    observed: list[int] = []
+
+    class Sizes:
+        def queue_depth(self, model: str, depth: int) -> None: ...
+        def running(self, model: str, count: int) -> None: ...
+        def peak_memory(self, model: str, nbytes: int) -> None: ...
+
+        def batch(self, model: str, size: int, seconds: float) -> None:
+            observed.append(size)
+
+    engine = Engine(omni.pipeline, max_batch=4, observer=Sizes(), admit_window_s=window_s)
+    engine.start()
+    try:
+        first = engine.submit(Job(requests[0]))
+        time.sleep(0.05)
+        second = engine.submit(Job(requests[1]))
+        for job in (first, second):
+            job.future.result(timeout=120)
+    finally:
+        engine.stop(timeout=30)
+    assert observed[0] == (2 if window_s else 1), observed
+    with pytest.raises(ValueError, match="admit_window_s"):
+        Engine(omni.pipeline, admit_window_s=-1)
+
+
 @pytest.mark.parametrize("model_id", ["qwen", "wan"])
 def test_serve_requests_join_between_steps(omni_models, model_id: str) -> None:
     """A request that arrives while another is mid-way joins at the next step boundary (batched

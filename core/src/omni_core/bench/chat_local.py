@@ -18,6 +18,16 @@ from typing import Any
 from omni_core.bench.chat_stats import PROMPT, Answer, Level
 
 
+def _serve_value(args: tuple[str, ...], flag: str) -> str | None:
+    """The value of ``flag`` among ``omni serve`` arguments (``--flag=V`` or ``--flag V``)."""
+    for i, arg in enumerate(args):
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+    return None
+
+
 class LocalChat:
     """``Omni(folder, **options)`` on an engine of its own (``close`` frees it)."""
 
@@ -35,6 +45,7 @@ class LocalChat:
             max_batch=settings.max_batch,
             max_queue=1024,
             batch_seeded="--batch-seeded" in settings.serve_args,  # as the server runs
+            admit_window_s=float(_serve_value(settings.serve_args, "--admit-window-ms") or 0) / 1e3,
         ).start()
         self.peak_bytes: int | None = None
         self.engine.run(warmup_request(self.pipeline), timeout=settings.timeout_s)

@@ -145,6 +145,14 @@ def _preflight(config: ServerConfig) -> None:
     "step alone).",
 )
 @click.option(
+    "--admit-window-ms",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 1000),
+    help="When idle, wait this long after a request arrives for others to share its first "
+    "step (answers sent together then start together; a lone request pays the wait).",
+)
+@click.option(
     "--max-queue",
     default=64,
     show_default=True,
@@ -266,6 +274,7 @@ def serve(
     state_dir: Path | None,
     max_batch: int,
     batch_seeded: bool,
+    admit_window_ms: float,
     max_queue: int,
     request_timeout: float,
     device: str | None,
@@ -351,6 +360,7 @@ def serve(
             api_key=api_key or None,
             max_batch=max_batch,
             batch_seeded=batch_seeded,
+            admit_window_ms=admit_window_ms,
             max_queue=max_queue,
             request_timeout_s=request_timeout or None,
             device=device,

@@ -59,6 +59,9 @@ class ServerConfig(BaseModel):
     #: load, but a batched forward rounds differently, so a seed then reproduces its output
     #: only when it runs alone (off: a seeded request always steps alone).
     batch_seeded: bool = False
+    #: Milliseconds an idle engine waits after a request arrives for others to share its first
+    #: step (omni_core.runtime.engine); 0: none.
+    admit_window_ms: float = Field(0.0, ge=0, le=1000)
     max_queue: int = Field(64, ge=1)
     device: str | None = None
     dtype: str | None = None

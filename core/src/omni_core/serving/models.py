@@ -117,6 +117,7 @@ class ServedModel:
             request_timeout_s=config.request_timeout_s,
             observer=observer,
             batch_seeded=config.batch_seeded,
+            admit_window_s=config.admit_window_ms / 1000,
         )
         self.engine = engine.start()
         if config.warmup:
