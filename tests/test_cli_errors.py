@@ -1,5 +1,6 @@
 """Mistakes on the command line end in one line and exit code 2, never a traceback: a device
-this machine lacks, and `omni serve` without the serve extra installed."""
+this machine lacks, `omni serve` without the serve extra installed, and click's usage
+mistakes (a value out of range, an unknown option or command, a missing argument)."""
 
 from __future__ import annotations
 
@@ -44,12 +45,24 @@ def test_cli_cuda_device_on_a_cpu_only_machine(command: list[str]) -> None:
 
 @pytest.mark.parametrize("value", ["-5", "5000", "soon"])
 def test_cli_serve_admit_window_out_of_range(value: str) -> None:
-    """click's usage error for a range option (as for --max-batch): exit 2, no traceback, the
-    option named on its error line."""
-    result = CliRunner().invoke(cli, [*SERVE, "--admit-window-ms", value])
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    assert "Error: Invalid value for '--admit-window-ms'" in result.output
+    _one_line_exit_2([*SERVE, "--admit-window-ms", value], "'--admit-window-ms'", "serve --help")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--bogus"], "No such option '--bogus'"),
+        (["no-such-command"], "No such command 'no-such-command'"),
+        ([*SERVE, "--max-batch", "0"], "'--max-batch'"),
+        (["serve"], "Missing argument"),
+        (["bench", "serve", "--task", "nope"], "'--task'"),
+    ],
+)
+def test_cli_usage_mistakes_are_one_line(args: list[str], needle: str) -> None:
+    """click prints a usage mistake as usage, hint and error on lines of their own; omni's
+    root group folds the hint into the one ``Error:`` line (exit code 2)."""
+    output = _one_line_exit_2(args, needle)
+    assert output.startswith("Error: ")
 
 
 def test_cli_device_index_beyond_the_devices() -> None:

@@ -3,7 +3,9 @@
 Commands live in :mod:`omni_core.commands` and are imported only when invoked, so ``omni --help``
 and ``omni list-plugins`` never import torch. Plugins add commands through the
 ``omni_register_commands`` hook. An :class:`~omni_core.contract.errors.OmniError` becomes a one-line
-message and a non-zero exit code, never a traceback.
+message and a non-zero exit code, never a traceback; so does a usage mistake (a value out of an
+option's range, an unknown option or command): click would print the usage and a hint on lines of
+their own, here the hint ends the one ``Error:`` line (exit code 2).
 """
 
 from __future__ import annotations
@@ -76,6 +78,17 @@ COMMAND_HELP: dict[str, str] = {
 }
 
 
+def _one_line(exc: click.UsageError) -> click.UsageError:
+    """``exc`` without its context (click then prints only its ``Error:`` line), the help hint
+    appended to the message."""
+    hint = ""
+    if exc.ctx is not None and exc.ctx.command.get_help_option(exc.ctx) is not None:
+        hint = f" (try '{exc.ctx.command_path} --help')"
+    flat = click.UsageError(exc.format_message() + hint)
+    flat.exit_code = exc.exit_code
+    return flat
+
+
 class OmniCLI(LazyGroup):
     """Root group: adds plugin commands lazily and turns OmniError into clean exits."""
 
@@ -99,12 +112,20 @@ class OmniCLI(LazyGroup):
             command = super().get_command(ctx, cmd_name)
         return command
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:  # the root's own options
+            raise _one_line(exc) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except OmniError as exc:
             click.echo(f"Error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except click.UsageError as exc:  # a command's options, an unknown command
+            raise _one_line(exc) from None
 
 
 @click.group(cls=OmniCLI, lazy_commands=COMMANDS)
