@@ -76,6 +76,20 @@ def _batch_counts(live_server: Any) -> dict[str, float]:
     return out
 
 
+class BatchSizes:
+    """An engine observer that records the size of every step batch into ``sizes``."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes = sizes
+
+    def queue_depth(self, model: str, depth: int) -> None: ...
+    def running(self, model: str, count: int) -> None: ...
+    def peak_memory(self, model: str, nbytes: int) -> None: ...
+
+    def batch(self, model: str, size: int, seconds: float) -> None:
+        self.sizes.append(size)
+
+
 def _run_all(engine: Engine, requests: list[Any]) -> list[Any]:
     engine.start()
     try:
@@ -107,21 +121,13 @@ def test_serve_batching_on_and_off_give_the_same_outputs(omni_models, model_id: 
         omni.request(f"prompt number {i}", seed=i, num_inference_steps=3, **size) for i in range(4)
     ]
     observed: list[int] = []
-
-    class Sizes:
-        def queue_depth(self, model: str, depth: int) -> None: ...
-        def running(self, model: str, count: int) -> None: ...
-        def peak_memory(self, model: str, nbytes: int) -> None: ...
-
-        def batch(self, model: str, size: int, seconds: float) -> None:
-            observed.append(size)
-
+    sizes = BatchSizes(observed)
     # batch_seeded: these seeded requests share steps (by default each would step alone)
-    engine = Engine(omni.pipeline, max_batch=4, observer=Sizes(), batch_seeded=True)
+    engine = Engine(omni.pipeline, max_batch=4, observer=sizes, batch_seeded=True)
     batched = _run_all(engine, requests)
     assert max(observed) == 4, observed
     observed.clear()
-    single = _run_all(Engine(omni.pipeline, max_batch=1, observer=Sizes()), requests)
+    single = _run_all(Engine(omni.pipeline, max_batch=1, observer=sizes), requests)
     assert set(observed) == {1}
     for a, b in zip(batched, single, strict=True):
         left, right = _pixels(a), _pixels(b)
@@ -240,16 +246,9 @@ def test_admit_window_lets_requests_sent_together_share_the_first_step(
         omni.request(f"prompt {i}", num_inference_steps=3, width=32, height=32) for i in range(2)
     ]
     observed: list[int] = []
-
-    class Sizes:
-        def queue_depth(self, model: str, depth: int) -> None: ...
-        def running(self, model: str, count: int) -> None: ...
-        def peak_memory(self, model: str, nbytes: int) -> None: ...
-
-        def batch(self, model: str, size: int, seconds: float) -> None:
-            observed.append(size)
-
-    engine = Engine(omni.pipeline, max_batch=4, observer=Sizes(), admit_window_s=window_s)
+    engine = Engine(
+        omni.pipeline, max_batch=4, observer=BatchSizes(observed), admit_window_s=window_s
+    )
     engine.start()
     try:
         first = engine.submit(Job(requests[0]))
