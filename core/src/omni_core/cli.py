@@ -84,9 +84,7 @@ def _one_line(exc: click.UsageError) -> click.UsageError:
     hint = ""
     if exc.ctx is not None and exc.ctx.command.get_help_option(exc.ctx) is not None:
         hint = f" (try '{exc.ctx.command_path} --help')"
-    flat = click.UsageError(exc.format_message() + hint)
-    flat.exit_code = exc.exit_code
-    return flat
+    return click.UsageError(exc.format_message() + hint)
 
 
 class OmniCLI(LazyGroup):

@@ -222,7 +222,8 @@ class Engine:
                 if self._stopping and not self._running and (not self._drain or not self._pending):
                     break
                 idle = not self._running
-                admitted = self._take([])
+                admitted: list[Job] = []
+                self._take(admitted)
                 if admitted and idle and self.admit_window_s > 0:
                     self._gather(admitted)
                 if admitted:
@@ -240,11 +241,10 @@ class Engine:
                         self._fail(r, failure_error(exc))
         self.observer.running(self.name, 0)
 
-    def _take(self, admitted: list[Job]) -> list[Job]:
+    def _take(self, admitted: list[Job]) -> None:
         """Move queued jobs into ``admitted`` while there is room (the lock is held)."""
         while self._pending and len(self._running) + len(admitted) < self.capacity:
             admitted.append(self._pending.popleft())
-        return admitted
 
     def _gather(self, admitted: list[Job]) -> None:
         """Wait up to ``admit_window_s`` for more arrivals to start with ``admitted`` (the
